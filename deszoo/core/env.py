@@ -1,0 +1,430 @@
+"""The SimPy-to-PettingZoo bridge.
+
+A scenario subclasses :class:`SimPyParallelEnv`, writes its model as SimPy processes
+and asks for an agent's decision by yielding the event the bridge hands out::
+
+    action = yield self.decide(i, mask)
+
+``step(actions)`` gives every pending decision its action and runs the simulation until
+at least one agent waits for a decision again (all events at that instant are processed
+first, so agents that decide at the same simulated time decide in the same step), or
+until the episode ends.
+
+Semantics shared by every scenario:
+
+=====================  =====================================================================
+Actions                ``Discrete(n_actions)``. Action ``0`` is the no-op.
+Agents not deciding    Live agents that are not at a decision point have the mask
+                       ``[1, 0, ..., 0]`` (only the no-op) and ``needs_action`` False. They
+                       may be left out of the action dict or sent ``0``.
+Observations           Flat ``Box(float32)``, the same space for every agent.
+Rewards                Accumulated over the simulated interval between two steps.
+``infos[agent]``       ``sim_time`` (clock after the step), ``needs_action`` (bool) and
+                       ``action_mask`` (``int8``, shape ``(n_actions,)``).
+Termination            When the model ends the episode, or the event queue runs dry.
+Truncation             ``max_time`` (simulated) or ``max_steps`` (env steps) reached.
+Leaving agents         ``self.remove_agent(i)`` terminates one agent; it leaves ``agents``.
+Seeding                ``reset(seed=s)`` builds a new ``simpy.Environment`` and a new
+                       ``numpy.random.Generator`` from ``s``. ``reset()`` on a seeded env
+                       draws the next episode's generator from the env's own seed sequence
+                       (reproducible autoresets); on a never-seeded env it draws OS entropy.
+Pickling               An env pickles as its constructor arguments; the unpickled copy needs
+                       ``reset`` (a running SimPy process is a generator and cannot pickle).
+Bad input              Typed errors from :mod:`deszoo.errors`.
+=====================  =====================================================================
+
+``invalid_action="noop"`` (instead of the default ``"raise"``) turns a masked-out action
+into a flagged no-op: the agent stays at its decision point and ``infos[agent]`` gets
+``invalid_action=True``. It exists for tools that sample the unmasked space, such as
+PettingZoo's own API and seed tests. Actions outside the space always raise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import simpy
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+from deszoo.errors import (
+    ConfigError,
+    InvalidActionError,
+    MaskedActionError,
+    MissingActionError,
+    ResetNeededError,
+    UnknownAgentError,
+)
+
+__all__ = ["SimPyParallelEnv", "NOOP"]
+
+NOOP = 0
+
+COMMON_DEFAULTS: dict[str, Any] = {
+    "max_steps": None,
+    "max_time": None,
+    "invalid_action": "raise",
+}
+
+
+def _rebuild(cls: type, kwargs: dict[str, Any]) -> SimPyParallelEnv:
+    return cls(**kwargs)
+
+
+class SimPyParallelEnv(ParallelEnv):
+    """Base class: a SimPy model as a PettingZoo ``ParallelEnv``.
+
+    Subclasses set ``metadata["name"]``, ``defaults`` (every scenario parameter with its
+    default; ``max_steps`` and ``max_time`` may be overridden there) and ``presets``, and
+    implement :meth:`_setup`, :meth:`_build`, :meth:`_observe` and :meth:`_render_text`.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "name": "simpy_env"}
+    defaults: ClassVar[dict[str, Any]] = {}
+    presets: ClassVar[dict[str, dict[str, Any]]] = {"default": {}}
+
+    def __init__(self, render_mode: str | None = None, preset: str = "default", **kwargs: Any):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ConfigError(
+                f"{type(self).__name__}: render_mode={render_mode!r} is not supported; "
+                f"valid: None or one of {self.metadata['render_modes']}"
+            )
+        if preset not in self.presets:
+            raise ConfigError(
+                f"{self.metadata['name']}: unknown preset {preset!r}; valid presets: "
+                f"{sorted(self.presets)}"
+            )
+        allowed = {**COMMON_DEFAULTS, **self.defaults}
+        unknown = sorted(set(kwargs) - set(allowed))
+        if unknown:
+            raise ConfigError(
+                f"{self.metadata['name']}: unknown argument(s) {unknown}; valid arguments: "
+                f"render_mode, preset, {', '.join(sorted(allowed))}"
+            )
+        self.render_mode = render_mode
+        self._kwargs = {"render_mode": render_mode, "preset": preset, **kwargs}
+        self.config: dict[str, Any] = {**allowed, **self.presets[preset], **kwargs}
+        if self.config["invalid_action"] not in ("raise", "noop"):
+            raise ConfigError(
+                f"invalid_action={self.config['invalid_action']!r}; valid: 'raise' or 'noop'"
+            )
+        for key in ("max_steps", "max_time"):
+            value = self.config[key]
+            if value is not None and not value > 0:
+                raise ConfigError(f"{key}={value!r} must be positive or None")
+
+        names, obs_low, obs_high, n_actions = self._setup()
+        self.possible_agents: list[str] = list(names)
+        self.agents: list[str] = []
+        self._index = {name: i for i, name in enumerate(self.possible_agents)}
+        self.n_actions = int(n_actions)
+        low = np.asarray(obs_low, dtype=np.float32)
+        high = np.asarray(obs_high, dtype=np.float32)
+        self._obs_space = spaces.Box(low, high, dtype=np.float32)
+        self._act_space = spaces.Discrete(self.n_actions)
+        n, d = len(self.possible_agents), self._obs_space.shape[0]
+        # Per-agent state lives in arrays so vector backends can copy it out in one go.
+        self.obs_buf = np.zeros((n, d), dtype=np.float32)
+        self.mask_buf = np.zeros((n, self.n_actions), dtype=np.int8)
+        self.rew_buf = np.zeros(n, dtype=np.float32)
+        self.term_buf = np.zeros(n, dtype=bool)
+        self.trunc_buf = np.zeros(n, dtype=bool)
+        self.live = np.zeros(n, dtype=bool)
+        self.sim: simpy.Environment | None = None
+        self.rng: np.random.Generator | None = None
+        self._seed_seq: np.random.SeedSequence | None = None
+        self._pending: dict[int, simpy.Event] = {}
+        self._invalid: set[int] = set()
+        self._over = True
+        self.num_steps = 0
+        self.num_events = 0
+
+    # ---- hooks for scenarios -------------------------------------------------------
+    def _setup(self) -> tuple[list[str], np.ndarray, np.ndarray, int]:
+        """Return agent names, observation low and high bounds, and ``n_actions``."""
+        raise NotImplementedError
+
+    def _build(self) -> None:
+        """Create the model and start its processes on ``self.sim`` using ``self.rng``."""
+        raise NotImplementedError
+
+    def _observe(self, i: int, out: np.ndarray) -> None:
+        """Write agent ``i``'s observation into ``out`` (a row of ``obs_buf``)."""
+        raise NotImplementedError
+
+    def _flush(self, until: float) -> None:
+        """Book time-integrated rewards up to simulated time ``until`` (optional)."""
+
+    def _render_text(self) -> str:
+        return f"{self.metadata['name']} t={self.now:.2f}"
+
+    # ---- API for model code -------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return 0.0 if self.sim is None else float(self.sim.now)
+
+    def decide(self, i: int, mask: np.ndarray | list[int]) -> simpy.Event:
+        """Event a process yields to wait for agent ``i``'s action under ``mask``."""
+        if i in self._pending:
+            raise RuntimeError(f"agent {self.possible_agents[i]!r} already waits for a decision")
+        if not self.live[i]:
+            raise RuntimeError(f"agent {self.possible_agents[i]!r} has left; it cannot decide")
+        row = self.mask_buf[i]
+        row[:] = mask
+        if not row.any():
+            raise RuntimeError(f"model bug: agent {self.possible_agents[i]!r} got an all-zero mask")
+        event = self.sim.event()
+        self._pending[i] = event
+        return event
+
+    def add_reward(self, i: int, value: float) -> None:
+        """Add ``value`` to agent ``i``'s reward for the current step."""
+        self.rew_buf[i] += value
+
+    def end_episode(self) -> None:
+        """Terminate the episode for every live agent after the current event."""
+        self.term_buf[self.live] = True
+        self._over = True
+
+    def remove_agent(self, i: int) -> None:
+        """Terminate agent ``i`` alone (it leaves ``agents`` after this step)."""
+        if not self.live[i]:
+            return
+        self.term_buf[i] = True
+        self.live[i] = False
+        event = self._pending.pop(i, None)
+        if event is not None:
+            event.succeed(NOOP)
+
+    def needs_action(self, i: int) -> bool:
+        return i in self._pending
+
+    def start_periodic(self, dt: float, mask_fn, apply_fn) -> simpy.Process:
+        """Fixed-interval mode: every ``dt`` time units all live agents decide at once.
+
+        ``mask_fn(i)`` gives agent ``i``'s mask; ``apply_fn(i, action)`` applies its action.
+        """
+        if not dt > 0:
+            raise ConfigError(f"decision interval dt={dt!r} must be positive")
+
+        def clock():
+            sim = self.sim
+            while True:
+                events = {i: self.decide(i, mask_fn(i)) for i in np.flatnonzero(self.live)}
+                if events:
+                    yield sim.all_of(list(events.values()))
+                    for i, event in events.items():
+                        apply_fn(int(i), event.value)
+                yield sim.timeout(dt)
+
+        return self.sim.process(clock())
+
+    # ---- PettingZoo API -----------------------------------------------------------
+    def observation_space(self, agent: str) -> spaces.Box:
+        self._check_agent_name(agent)
+        return self._obs_space  # one cached object for every agent and every call
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        self._check_agent_name(agent)
+        return self._act_space
+
+    def reset(
+        self, seed: int | None = None, options: dict | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+        self.reset_arrays(seed)
+        return self._obs_dict(), self._info_dict(self.agents)
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        if self.sim is None or not self.agents:
+            raise ResetNeededError(
+                f"{self.metadata['name']}: step() called "
+                + ("before reset()" if self.sim is None else "after the episode ended")
+                + "; call reset() first"
+            )
+        if not isinstance(actions, dict):
+            raise InvalidActionError(
+                f"actions must be a dict from agent name to action, got {type(actions).__name__}"
+            )
+        acts = np.zeros(len(self.possible_agents), dtype=np.int64)
+        for name, action in actions.items():
+            i = self._index.get(name)
+            if i is None or not self.live[i]:
+                raise UnknownAgentError(
+                    f"action for unknown agent {name!r}; live agents: {self.agents}"
+                )
+            acts[i] = self._check_action(name, action)
+        for i in self._pending:
+            if self.possible_agents[i] not in actions:
+                raise MissingActionError(
+                    f"agent {self.possible_agents[i]!r} is at a decision point and needs an "
+                    f"action; valid actions: {self._legal(i)}"
+                )
+        before = self.agents
+        self.step_arrays(acts)
+        obs = {a: self.obs_buf[self._index[a]].copy() for a in before}
+        rew = {a: float(self.rew_buf[self._index[a]]) for a in before}
+        term = {a: bool(self.term_buf[self._index[a]]) for a in before}
+        trunc = {a: bool(self.trunc_buf[self._index[a]]) for a in before}
+        return obs, rew, term, trunc, self._info_dict(before)
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._render_text()
+        return None
+
+    def close(self) -> None:
+        self.sim = None
+        self._pending = {}
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), dict(self._kwargs)))
+
+    # ---- array API (used by the vector backends) ----------------------------------
+    def reset_arrays(self, seed: int | None = None) -> None:
+        """Start a new episode; results are in ``obs_buf``, ``mask_buf`` and ``live``."""
+        if seed is not None:
+            self._seed_seq = np.random.SeedSequence(int(seed))
+        elif self._seed_seq is None:
+            self._seed_seq = np.random.SeedSequence()
+        self.rng = np.random.default_rng(self._seed_seq.spawn(1)[0])
+        self.sim = simpy.Environment()
+        self._pending = {}
+        self._invalid = set()
+        self._over = False
+        self.num_steps = 0
+        self.num_events = 0
+        self.live[:] = True
+        self.term_buf[:] = False
+        self.trunc_buf[:] = False
+        self.rew_buf[:] = 0.0
+        self._build()
+        self._advance()
+        self.rew_buf[:] = 0.0  # rewards before the first decision belong to no action
+        self._finish_step()
+
+    def step_arrays(self, acts: np.ndarray) -> None:
+        """Step with one action per possible agent (``acts[i]``, dead agents send ``0``).
+
+        Actions must already be in range; the mask is checked here.
+        """
+        if self._over:
+            raise ResetNeededError(f"{self.metadata['name']}: episode ended; call reset() first")
+        mask = self.mask_buf
+        noop_mode = self.config["invalid_action"] == "noop"
+        self._invalid = set()
+        for i in range(len(acts)):
+            a = acts[i]
+            if not mask[i, a]:
+                if noop_mode:
+                    self._invalid.add(i)
+                    continue
+                raise MaskedActionError(
+                    f"agent {self.possible_agents[i]!r} got action {int(a)}; valid actions "
+                    f"under its mask: {self._legal(i)}"
+                )
+        self.rew_buf[:] = 0.0
+        self.term_buf[:] = False
+        for i, event in list(self._pending.items()):
+            if i not in self._invalid:
+                del self._pending[i]
+                event.succeed(int(acts[i]))
+        self.num_steps += 1
+        self._advance()
+        self._finish_step()
+
+    # ---- internals ----------------------------------------------------------------
+    def _advance(self) -> None:
+        sim = self.sim
+        pending = self._pending
+        max_time = self.config["max_time"]
+        limit = float("inf") if max_time is None else max_time
+        count = 0
+        while not self._over:
+            t = sim.peek()
+            if pending and t > sim.now:
+                break
+            if t > limit:
+                if limit > sim.now:
+                    sim.run(until=limit)
+                self._flush(limit)
+                self._truncate()
+                break
+            if t == float("inf"):
+                self._flush(sim.now)
+                self.end_episode()
+                break
+            sim.step()
+            count += 1
+        else:
+            self._flush(sim.now)
+        if not self._over and pending:
+            self._flush(sim.now)
+        self.num_events += count
+        max_steps = self.config["max_steps"]
+        if not self._over and max_steps is not None and self.num_steps >= max_steps:
+            self._truncate()
+
+    def _truncate(self) -> None:
+        self.trunc_buf[self.live] = True
+        self._over = True
+
+    def _finish_step(self) -> None:
+        if self._over:
+            self.live[:] = False
+            self._pending.clear()
+        pending = self._pending
+        for i in range(len(self.possible_agents)):
+            if not self.live[i]:
+                self.mask_buf[i] = 0
+                self.mask_buf[i, NOOP] = 1
+                self.obs_buf[i] = 0.0
+            else:
+                if i not in pending:
+                    self.mask_buf[i] = 0
+                    self.mask_buf[i, NOOP] = 1
+                self._observe(i, self.obs_buf[i])
+        self.agents = [a for a, alive in zip(self.possible_agents, self.live) if alive]
+
+    def _check_action(self, name: str, action: Any) -> int:
+        if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):
+            if isinstance(action, np.ndarray) and action.shape == () and action.dtype.kind in "iu":
+                action = action.item()
+            else:
+                raise InvalidActionError(
+                    f"agent {name!r} got action {action!r} of type {type(action).__name__}; "
+                    f"expected an integer in 0..{self.n_actions - 1}"
+                )
+        if not 0 <= action < self.n_actions:
+            raise InvalidActionError(
+                f"agent {name!r} got action {action}; the action space is "
+                f"Discrete({self.n_actions}), valid actions are 0..{self.n_actions - 1}"
+            )
+        return int(action)
+
+    def _check_agent_name(self, agent: str) -> None:
+        if agent not in self._index:
+            raise UnknownAgentError(
+                f"unknown agent {agent!r}; possible agents: {self.possible_agents}"
+            )
+
+    def _legal(self, i: int) -> list[int]:
+        return np.flatnonzero(self.mask_buf[i]).tolist()
+
+    def _obs_dict(self) -> dict[str, np.ndarray]:
+        return {a: self.obs_buf[self._index[a]].copy() for a in self.agents}
+
+    def _info_dict(self, names: list[str]) -> dict[str, dict]:
+        now = self.now
+        infos = {}
+        for a in names:
+            i = self._index[a]
+            info = {
+                "sim_time": now,
+                "needs_action": i in self._pending,
+                "action_mask": self.mask_buf[i].copy(),
+            }
+            if i in self._invalid:
+                info["invalid_action"] = True
+            infos[a] = info
+        return infos

@@ -1,0 +1,1 @@
+"""Scenarios. Import a versioned module, e.g. ``from deszoo.envs import jobshop_v0``."""

@@ -1,0 +1,139 @@
+"""Flexible job shop as a SimPy model (no RL concepts).
+
+Jobs arrive as a Poisson stream. Each job is a chain of operations; each operation can
+run on a random subset of the machines, with a machine-specific processing time. A
+released operation is routed to the eligible machine with the least outstanding work
+(ties to the lowest index) and waits in that machine's queue. When a machine is free and
+its queue is not empty it asks ``choose(m)`` which queued operation to run next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import simpy
+
+
+@dataclass
+class Job:
+    id: int
+    weight: float
+    arrival: float
+    due: float
+    ops: list[dict[int, float]]
+    next_op: int = 0
+    done_at: float | None = None
+
+    def remaining_work(self) -> float:
+        return float(sum(np.mean(list(op.values())) for op in self.ops[self.next_op:]))
+
+
+@dataclass
+class Operation:
+    job: Job
+    index: int
+    times: dict[int, float]
+    ready: float = 0.0
+
+
+@dataclass
+class JobShopModel:
+    sim: simpy.Environment
+    rng: np.random.Generator
+    n_machines: int
+    n_jobs: int
+    max_ops: int
+    flexibility: float
+    utilization: float
+    due_tightness: float
+    ptime_range: tuple[float, float]
+    choose: Callable[[int], simpy.Event]
+    on_route: Callable[[int, Operation], None] = lambda m, op: None
+    on_finish: Callable[[int, Operation], None] = lambda m, op: None
+    on_all_done: Callable[[], None] = lambda: None
+    queues: list[list[Operation]] = field(default_factory=list)
+    busy_until: list[float] = field(default_factory=list)
+    running: list[Operation | None] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+    finished: int = 0
+
+    def start(self) -> None:
+        m = self.n_machines
+        self.queues = [[] for _ in range(m)]
+        self.busy_until = [0.0] * m
+        self.running = [None] * m
+        self._wake: list[simpy.Event | None] = [None] * m
+        for i in range(m):
+            self.sim.process(self._machine(i))
+        self.sim.process(self._arrivals())
+
+    def outstanding(self, m: int) -> float:
+        """Work queued at machine ``m`` plus what is left of its running operation."""
+        left = max(0.0, self.busy_until[m] - self.sim.now)
+        return left + sum(op.times[m] for op in self.queues[m])
+
+    def _new_job(self, jid: int) -> Job:
+        rng, lo, hi = self.rng, *self.ptime_range
+        ops = []
+        for _ in range(int(rng.integers(1, self.max_ops + 1))):
+            eligible = rng.random(self.n_machines) < self.flexibility
+            eligible[rng.integers(self.n_machines)] = True
+            ops.append({int(k): float(rng.uniform(lo, hi)) for k in np.flatnonzero(eligible)})
+        now = self.sim.now
+        work = sum(np.mean(list(op.values())) for op in ops)
+        weight = float(rng.choice([1.0, 2.0, 4.0]))
+        return Job(jid, weight, now, now + self.due_tightness * work, ops)
+
+    def _arrivals(self):
+        mean_ops = (1 + self.max_ops) / 2
+        mean_work = mean_ops * sum(self.ptime_range) / 2
+        rate = self.utilization * self.n_machines / mean_work
+        for jid in range(self.n_jobs):
+            job = self._new_job(jid)
+            self.jobs.append(job)
+            self._release(job)
+            if jid + 1 < self.n_jobs:
+                yield self.sim.timeout(float(self.rng.exponential(1.0 / rate)))
+
+    def _release(self, job: Job) -> None:
+        times = job.ops[job.next_op]
+        op = Operation(job, job.next_op, times, self.sim.now)
+        m = min(times, key=lambda k: (self.outstanding(k), k))
+        self.queues[m].append(op)
+        self.on_route(m, op)
+        wake = self._wake[m]
+        if wake is not None:
+            self._wake[m] = None
+            wake.succeed()
+
+    def _machine(self, m: int):
+        sim = self.sim
+        queue = self.queues[m]
+        while True:
+            if not queue:
+                self._wake[m] = sim.event()
+                yield self._wake[m]
+                continue
+            slot = yield self.choose(m)
+            op = queue.pop(slot)
+            self.running[m] = op
+            self.busy_until[m] = sim.now + op.times[m]
+            yield sim.timeout(op.times[m])
+            self.running[m] = None
+            self._complete(m, op)
+
+    def _complete(self, m: int, op: Operation) -> None:
+        job = op.job
+        job.next_op += 1
+        last = job.next_op == len(job.ops)
+        if last:
+            job.done_at = self.sim.now
+        self.on_finish(m, op)
+        if not last:
+            self._release(job)
+            return
+        self.finished += 1
+        if self.finished == self.n_jobs:
+            self.on_all_done()

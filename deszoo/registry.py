@@ -1,0 +1,34 @@
+"""One registry of scenarios: versioned name -> module that defines ``parallel_env``."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+from deszoo.errors import ConfigError
+
+__all__ = ["ENVS", "list_envs", "make", "env_module"]
+
+# One line per scenario. The module must define ``parallel_env`` and ``heuristic``.
+ENVS: dict[str, str] = {
+    "jobshop_v0": "deszoo.envs.jobshop_v0",
+    "loadbalance_v0": "deszoo.envs.loadbalance_v0",
+}
+
+
+def list_envs() -> list[str]:
+    """Sorted names of every registered scenario."""
+    return sorted(ENVS)
+
+
+def env_module(name: str) -> ModuleType:
+    """The versioned module of scenario ``name``."""
+    if name not in ENVS:
+        raise ConfigError(f"unknown scenario {name!r}; registered: {list_envs()}")
+    return importlib.import_module(ENVS[name])
+
+
+def make(name: str, **kwargs: Any):
+    """Build scenario ``name`` with keyword arguments (``preset=...`` included)."""
+    return env_module(name).parallel_env(**kwargs)
