@@ -131,6 +131,7 @@ class SimPyParallelEnv(ParallelEnv):
         self.term_buf = np.zeros(n, dtype=bool)
         self.trunc_buf = np.zeros(n, dtype=bool)
         self.live = np.zeros(n, dtype=bool)
+        self.needs_buf = np.zeros(n, dtype=bool)
         self.sim: simpy.Environment | None = None
         self.rng: np.random.Generator | None = None
         self._seed_seq: np.random.SeedSequence | None = None
@@ -199,6 +200,11 @@ class SimPyParallelEnv(ParallelEnv):
 
     def needs_action(self, i: int) -> bool:
         return i in self._pending
+
+    @property
+    def episode_over(self) -> bool:
+        """True once the episode has terminated or truncated (``reset`` is needed)."""
+        return self._over
 
     def start_periodic(self, dt: float, mask_fn, apply_fn) -> simpy.Process:
         """Fixed-interval mode: every ``dt`` time units all live agents decide at once.
@@ -374,13 +380,16 @@ class SimPyParallelEnv(ParallelEnv):
             self.live[:] = False
             self._pending.clear()
         pending = self._pending
+        self.needs_buf[:] = False
         for i in range(len(self.possible_agents)):
             if not self.live[i]:
                 self.mask_buf[i] = 0
                 self.mask_buf[i, NOOP] = 1
                 self.obs_buf[i] = 0.0
             else:
-                if i not in pending:
+                if i in pending:
+                    self.needs_buf[i] = True
+                else:
                     self.mask_buf[i] = 0
                     self.mask_buf[i, NOOP] = 1
                 self._observe(i, self.obs_buf[i])
