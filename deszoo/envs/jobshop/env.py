@@ -31,7 +31,7 @@ Arguments:
     queue_slots (int): queue positions a machine sees and can pick from.
     reward (str): ``"flowtime"`` or ``"tardiness"``.
 
-Presets: `small` (3 machines, 20 jobs), `default` (4 machines, 60 jobs),
+Presets: `small` (3 machines, 30 jobs), `default` (4 machines, 100 jobs),
 `large` (16 machines, 400 jobs).
 
 Version History:
@@ -58,10 +58,10 @@ class JobShopEnv(SimPyParallelEnv):
     metadata = {"render_modes": ["ansi"], "name": "jobshop_v0"}
     defaults = {
         "n_machines": 4,
-        "n_jobs": 60,
+        "n_jobs": 100,
         "max_ops": 4,
         "flexibility": 0.5,
-        "utilization": 0.85,
+        "utilization": 0.95,
         "due_tightness": 2.0,
         "ptime_range": (1.0, 10.0),
         "queue_slots": 8,
@@ -69,7 +69,7 @@ class JobShopEnv(SimPyParallelEnv):
         "max_steps": 1000,
     }
     presets = {
-        "small": {"n_machines": 3, "n_jobs": 20},
+        "small": {"n_machines": 3, "n_jobs": 30},
         "default": {},
         "large": {"n_machines": 16, "n_jobs": 400, "max_steps": 5000},
     }
