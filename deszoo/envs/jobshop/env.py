@@ -144,7 +144,7 @@ class JobShopEnv(SimPyParallelEnv):
             out[base] = 1.0
             out[base + 1] = op.times[i] / pmax
             out[base + 2] = min(1.0, (now - op.ready) / scale)
-            out[base + 3] = min(1.0, max(-1.0, (job.due - now - job.remaining_work()) / scale))
+            out[base + 3] = min(1.0, max(-1.0, (job.due - now - job.work_left) / scale))
             out[base + 4] = job.weight / 4.0
             out[base + 5] = (len(job.ops) - op.index) / model.max_ops
 

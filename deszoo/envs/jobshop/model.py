@@ -23,11 +23,9 @@ class Job:
     arrival: float
     due: float
     ops: list[dict[int, float]]
+    work_left: float  # mean processing time of the operations not yet finished
     next_op: int = 0
     done_at: float | None = None
-
-    def remaining_work(self) -> float:
-        return float(sum(np.mean(list(op.values())) for op in self.ops[self.next_op:]))
 
 
 @dataclass
@@ -82,9 +80,9 @@ class JobShopModel:
             eligible[rng.integers(self.n_machines)] = True
             ops.append({int(k): float(rng.uniform(lo, hi)) for k in np.flatnonzero(eligible)})
         now = self.sim.now
-        work = sum(np.mean(list(op.values())) for op in ops)
+        work = sum(sum(op.values()) / len(op) for op in ops)
         weight = float(rng.choice([1.0, 2.0, 4.0]))
-        return Job(jid, weight, now, now + self.due_tightness * work, ops)
+        return Job(jid, weight, now, now + self.due_tightness * work, ops, work)
 
     def _arrivals(self):
         mean_ops = (1 + self.max_ops) / 2
@@ -127,6 +125,7 @@ class JobShopModel:
     def _complete(self, m: int, op: Operation) -> None:
         job = op.job
         job.next_op += 1
+        job.work_left -= sum(op.times.values()) / len(op.times)
         last = job.next_op == len(job.ops)
         if last:
             job.done_at = self.sim.now
