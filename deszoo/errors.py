@@ -14,6 +14,10 @@ __all__ = [
     "InvalidActionError",
     "MaskedActionError",
     "ResetNeededError",
+    "VectorEnvError",
+    "SubEnvError",
+    "WorkerDiedError",
+    "WorkerTimeoutError",
 ]
 
 
@@ -43,3 +47,44 @@ class MaskedActionError(InvalidActionError):
 
 class ResetNeededError(DeszooError, RuntimeError):
     """``step`` was called before ``reset`` or after the episode ended."""
+
+
+# ---- vector backends (deszoo.vector) ---------------------------------------------------
+class VectorEnvError(DeszooError, RuntimeError):
+    """A vector env cannot go on: a sub-env raised, a worker died or hung, or it is closed."""
+
+
+class SubEnvError(VectorEnvError):
+    """An exception inside one sub-env of a vector env, re-raised in the parent.
+
+    Attributes:
+        env_index: index of the failing env (``0..num_sims-1``, not a row).
+        error_type: class name of the original exception (e.g. ``"MaskedActionError"``).
+        worker_traceback: the traceback text from the process that ran the env.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        env_index: int | None = None,
+        error_type: str | None = None,
+        worker_traceback: str = "",
+    ):
+        super().__init__(message)
+        self.env_index = env_index
+        self.error_type = error_type
+        self.worker_traceback = worker_traceback
+
+    def __reduce__(self):
+        return (
+            type(self),
+            (self.args[0], self.env_index, self.error_type, self.worker_traceback),
+        )
+
+
+class WorkerDiedError(VectorEnvError):
+    """A worker process of a vector env exited unexpectedly (killed, crashed)."""
+
+
+class WorkerTimeoutError(VectorEnvError):
+    """A worker process of a vector env gave no answer within the timeout."""
