@@ -1,0 +1,264 @@
+"""Load balancing: dispatchers route arriving requests to server pools.
+
+A service system (call centre, server farm) with ``n_pools`` server pools, each a SimPy
+``Resource`` with its own number of servers and a waiting room of ``queue_capacity`` places.
+Each dispatcher (agent) receives its own Poisson stream of requests of ``n_types`` types (a
+per-dispatcher type mix). Service times are exponential with a mean that depends on the type
+and the pool (skills: ``exp(skill_spread * z)``, drawn per episode). A waiting request abandons
+after an exponential patience time. A dispatcher is at a decision point whenever one of its
+requests arrives and at least one pool can take it; a request that finds every pool full is lost
+without a decision. Arrival rates are set from the target offered ``load``; a share
+``background`` of it arrives straight at the pools (proportionally to their servers) and is
+never routed. Arrivals stop at ``horizon``; the system then drains.
+
+=================  ======================================================================
+Import             ``from deszoo.envs import loadbalance_v0`` /
+                   ``deszoo.make("loadbalance_v0")``
+Agents             ``dispatcher_0`` .. ``dispatcher_{n_dispatchers-1}``
+Action space       ``Discrete(n_pools + 1)``: ``0`` no-op, ``k`` sends the arriving request
+                   to pool ``k-1``
+Action mask        deciding: the pools that are not full (``0`` is not allowed); not
+                   deciding: only ``0``
+Observation space  ``Box(0, 1, (2 + n_types + 6 * n_pools,), float32)``
+Observation        ``[deciding, min(t / horizon, 1), one-hot type of the request to route
+                   (zeros when not deciding)]``, then per pool ``[not full, busy servers /
+                   servers, waiting / queue_capacity, servers / max servers,
+                   soft(expected wait), soft(mean service time of the request's type)]``
+                   (the last is 0 when not deciding). ``soft(x) = x / (1 + x)`` with ``x``
+                   in units of the mean service time (1.0), so every entry is in [0, 1].
+Expected wait      0 with a free server, else ``(work waiting + work in service / c) / c``,
+                   work being the sum of mean service times, ``c`` the pool's servers
+Reward             minus the number of the dispatcher's requests waiting in queues,
+                   integrated over the step's simulated interval (time unit: the mean
+                   service time), minus ``loss_penalty`` per request of the dispatcher that
+                   is blocked or abandons
+Termination        arrivals have stopped (``horizon``) and every request has left
+Truncation         ``max_steps`` env steps or ``max_time`` simulated time (both ``None``
+                   by default)
+Heuristic          ``heuristic(obs, mask)``: shortest expected delay (expected wait + own
+                   mean service time) over the pools the mask allows
+=================  ======================================================================
+
+Arguments:
+    n_dispatchers (int): dispatchers, one agent each.
+    n_pools (int): server pools.
+    n_types (int): request types.
+    servers_range (tuple): servers per pool, drawn uniformly from this integer range per episode.
+    queue_capacity (int): waiting places per pool.
+    skill_spread (float): spread of the log mean service times over (type, pool).
+    load (float): offered load (arrival rate x mean service time / total servers).
+    background (float): share of the load in ``[0, 1)`` that arrives directly at the pools.
+    patience (float): mean patience of a waiting request, in mean service times.
+    loss_penalty (float): reward penalty per blocked or abandoned request.
+    horizon (float): simulated time during which requests arrive.
+
+Presets: `small` (2 dispatchers, 3 pools, about 500 steps), `default` (4 dispatchers,
+6 pools, about 1.3k steps), `large` (16 dispatchers, 32 pools, three quarters of the load as
+background traffic, about 2.5k steps).
+
+Version History:
+    v0: initial release.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from deszoo.core import NOOP, Integrator, SimPyParallelEnv
+from deszoo.envs.loadbalance.model import LoadBalanceModel
+from deszoo.errors import ConfigError
+
+__all__ = ["LoadBalanceEnv", "heuristic"]
+
+POOL = 6  # features per pool
+WAIT, SERVICE = 4, 5  # offsets of the expected wait and service time within a pool block
+
+
+class LoadBalanceEnv(SimPyParallelEnv):
+    """Dispatchers routing requests to server pools; see the module docstring."""
+
+    metadata = {"render_modes": ["ansi"], "name": "loadbalance_v0"}
+    defaults = {
+        "n_dispatchers": 4,
+        "n_pools": 6,
+        "n_types": 3,
+        "servers_range": (2, 6),
+        "queue_capacity": 8,
+        "skill_spread": 0.5,
+        "load": 0.9,
+        "background": 0.0,
+        "patience": 3.0,
+        "loss_penalty": 2.0,
+        "horizon": 60.0,
+    }
+    presets = {
+        "small": {
+            "n_dispatchers": 2,
+            "n_pools": 3,
+            "n_types": 2,
+            "servers_range": (1, 3),
+            "horizon": 100.0,
+        },
+        "default": {},
+        "large": {
+            "n_dispatchers": 16,
+            "n_pools": 32,
+            "n_types": 4,
+            "servers_range": (4, 16),
+            "queue_capacity": 16,
+            "background": 0.75,
+            "horizon": 40.0,
+        },
+    }
+
+    def _setup(self):
+        c = self.config
+        name = self.metadata["name"]
+        for key in ("n_dispatchers", "n_pools", "n_types", "queue_capacity"):
+            if not _is_int(c[key]) or c[key] < 1:
+                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive int")
+        rng_ = c["servers_range"]
+        if (
+            not isinstance(rng_, (tuple, list))
+            or len(rng_) != 2
+            or not all(_is_int(v) for v in rng_)
+            or not 1 <= rng_[0] <= rng_[1]
+        ):
+            raise ConfigError(
+                f"{name}: servers_range={rng_!r} must be a pair of ints (lo, hi), 1 <= lo <= hi"
+            )
+        for key in ("load", "patience", "horizon"):
+            if not _is_num(c[key]) or not c[key] > 0:
+                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive number")
+        for key in ("skill_spread", "loss_penalty"):
+            if not _is_num(c[key]) or not c[key] >= 0:
+                raise ConfigError(f"{name}: {key}={c[key]!r} must be a number >= 0")
+        if not _is_num(c["background"]) or not 0 <= c["background"] < 1:
+            raise ConfigError(f"{name}: background={c['background']!r} must be in [0, 1)")
+        n_pools, n_types = c["n_pools"], c["n_types"]
+        self._global = 2 + n_types
+        size = self._global + POOL * n_pools
+        names = [f"dispatcher_{d}" for d in range(c["n_dispatchers"])]
+        return names, np.zeros(size), np.ones(size), n_pools + 1
+
+    def _build(self):
+        c, rng = self.config, self.rng
+        n_d, n_p, n_t = c["n_dispatchers"], c["n_pools"], c["n_types"]
+        lo, hi = c["servers_range"]
+        servers = rng.integers(lo, hi + 1, size=n_p)
+        times = np.exp(c["skill_spread"] * rng.standard_normal((n_t, n_p)))
+        mix = rng.dirichlet(np.ones(n_t), size=n_d)
+        # offered load: arrivals x (mean service time over the type mix and the servers)
+        mean_time = float(mix.mean(axis=0) @ times @ servers) / servers.sum()
+        total_rate = c["load"] * servers.sum() / mean_time
+        self.model = LoadBalanceModel(
+            self.sim,
+            rng,
+            servers.tolist(),
+            c["queue_capacity"],
+            times,
+            mix,
+            source_rate=(1 - c["background"]) * total_rate / n_d,
+            background_rate=c["background"] * total_rate,
+            patience=c["patience"],
+            horizon=c["horizon"],
+            route=self._route,
+            on_wait=self._on_wait,
+            on_lost=self._on_lost,
+        )
+        self._wait = Integrator(n_d)
+        self._kind = [0] * n_d
+        self._mask = np.zeros(self.n_actions, dtype=np.int8)
+        # soft(mean service time) per type, laid out as the service column of the pool blocks
+        self._svc = (times / (1.0 + times)).astype(np.float32)
+        self._max_servers = float(hi)
+        self._common = np.zeros(self.obs_buf.shape[1], dtype=np.float32)
+        self._fresh = False
+        self.model.start()
+
+    # ---- model callbacks ----------------------------------------------------------------
+    def _route(self, d: int, kind: int):
+        self._kind[d] = kind
+        mask = self._mask
+        mask[NOOP] = 0
+        for k, pool in enumerate(self.model.pools):
+            mask[k + 1] = not pool.full()
+        return self.decide(d, mask)
+
+    def _on_wait(self, d: int, delta: int) -> None:
+        self._wait.add(self.sim.now, d, delta)
+
+    def _on_lost(self, d: int, kind: int) -> None:
+        self.rew_buf[d] -= self.config["loss_penalty"]
+
+    def _flush(self, until: float) -> None:
+        self.rew_buf -= self._wait.take(until).astype(np.float32)
+        self._fresh = False  # the model state may have changed since the last observation
+
+    # ---- observations -------------------------------------------------------------------
+    def _refresh(self) -> None:
+        """The part of the observation every dispatcher shares, built once per step."""
+        g = self._global
+        vals = []
+        cap, maxc = self.config["queue_capacity"], self._max_servers
+        for pool in self.model.pools:
+            c = pool.servers
+            w = pool.expected_wait()
+            busy = len(pool.resource.users)
+            vals += (
+                0.0 if pool.full() else 1.0,
+                busy / c,
+                min(1.0, pool.waiting / cap),
+                c / maxc,
+                w / (1.0 + w),
+                0.0,
+            )
+        common = self._common
+        common[g:] = vals
+        common[1] = min(1.0, self.sim.now / self.config["horizon"])
+        self._fresh = True
+
+    def _observe(self, i: int, out: np.ndarray) -> None:
+        if not self._fresh:
+            self._refresh()
+        out[:] = self._common
+        if self.needs_action(i):  # the request this dispatcher must route now
+            kind = self._kind[i]
+            out[0] = 1.0
+            out[2 + kind] = 1.0
+            out[self._global + SERVICE :: POOL] = self._svc[kind]
+
+    def _render_text(self) -> str:
+        m = self.model
+        lost = sum(m.blocked) + sum(m.abandoned)
+        lines = [
+            f"loadbalance t={self.now:8.2f}  arrived {sum(m.arrivals)}  served "
+            f"{sum(m.served)}  lost {lost}"
+        ]
+        for pool in m.pools:
+            lines.append(
+                f"  pool_{pool.index}: busy {pool.busy:3d}/{pool.servers:<3d} waiting "
+                f"{pool.waiting:3d}/{pool.queue_cap}"
+            )
+        return "\n".join(lines)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_num(v) -> bool:
+    return _is_int(v) or isinstance(v, (float, np.floating))
+
+
+def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:
+    """Shortest expected delay: the allowed pool with the least expected wait + service time."""
+    if not mask[1:].any():
+        return NOOP
+    n_pools = len(mask) - 1
+    table = np.asarray(obs[len(obs) - POOL * n_pools :], dtype=np.float64).reshape(n_pools, POOL)
+    wait = np.minimum(table[:, WAIT], 1 - 1e-6)
+    service = np.minimum(table[:, SERVICE], 1 - 1e-6)
+    delay = wait / (1 - wait) + service / (1 - service)
+    delay[np.asarray(mask[1:]) == 0] = np.inf
+    return int(np.argmin(delay)) + 1
