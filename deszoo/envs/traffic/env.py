@@ -1,0 +1,280 @@
+"""Traffic signal control: each intersection of a grid network chooses its signal phase.
+
+Vehicles enter at the edge of a ``rows x cols`` grid as Poisson streams (each entry's rate
+is ``demand`` times a random factor in ``1 +- demand_spread`` drawn per episode), drive
+each link in its free-flow time, turn left, straight or right with ``turn_probs`` and
+queue at the stop line in a left-turn lane or a through-and-right lane. Links store at
+most ``link_capacity`` vehicles, so queues spill back upstream (see ``model.py``). Every
+``decision_interval`` seconds each signal that has shown its current phase for at least
+``min_green`` seconds (and is not clearing) decides: keep the phase or switch to another
+one, which costs a ``clearance`` interval of all-red. Signals in their minimum green or
+clearance are not at a decision point in that step.
+
+=================  ======================================================================
+Import             ``from deszoo.envs import traffic_v0`` / ``deszoo.make("traffic_v0")``
+Agents             ``signal_{row}_{col}``, one per intersection (``rows * cols``; row 0 is
+                   the north edge)
+Action space       ``Discrete(5)``: ``0`` keep the current phase (no-op), ``k`` switch to
+                   phase ``k-1``: ``0`` N-S through+right, ``1`` N-S protected left, ``2``
+                   E-W through+right, ``3`` E-W protected left
+Action mask        deciding: ``0`` and every phase but the current one; not deciding
+                   (minimum green, clearance, or ``t >= max_time``): only ``0``
+Decisions          synchronous: at ``t = 0, dt, 2 dt, ...`` (``dt = decision_interval``)
+                   every eligible signal decides in the same step; if none is eligible
+                   the step runs on to the next tick
+Observation space  ``Box(0, 1, (30,), float32)``
+Observation        ``[0:4]`` phase one-hot (during clearance: the phase switched to),
+                   ``[4]`` clearing, ``[5]`` green time so far / 60 s, ``[6:14]`` queue
+                   per lane / (``link_capacity`` / 2), ``[14:22]`` wait of the lane's
+                   first vehicle / 120 s, ``[22:26]`` vehicles moving on each incoming
+                   link / ``link_capacity``, ``[26:30]`` vehicles on each outgoing link /
+                   ``link_capacity`` (0 where traffic exits). Lanes are ordered
+                   ``2 * heading + kind`` (headings N, E, S, W = direction of travel;
+                   kind 0 through+right, 1 left), links by heading. Every feature is
+                   capped at 1
+Reward             minus the vehicle-minutes queued at the signal's stop lines (and in the
+                   backlog at the grid's edge that feeds it) during the step: the queue
+                   length integrated over the step's simulated interval, divided by 60
+Termination        none (demand is stationary)
+Truncation         ``max_time`` simulated seconds (default 1800) or ``max_steps``
+Heuristic          ``heuristic(obs, mask)``: max pressure with hysteresis (queues served
+                   minus downstream occupancy; switch only for a clear gain)
+=================  ======================================================================
+
+Arguments:
+    rows, cols (int): grid size; one agent per intersection.
+    demand (float): mean arrival rate per entry link, vehicles per second.
+    demand_spread (float): each entry's rate is scaled by a factor drawn uniformly from
+        ``[1 - spread, 1 + spread]`` per episode, in ``[0, 1)``.
+    turn_probs (tuple): probabilities of (left, straight, right) at every intersection.
+    link_time (float): free-flow travel time of a link, seconds (each vehicle +-10 %).
+    link_capacity (int): vehicles a link stores, moving and queued.
+    headway (float): saturation headway at the stop line, seconds per vehicle.
+    decision_interval (float): seconds between decision ticks.
+    min_green (float): seconds a phase stays green before the signal may decide again.
+    clearance (float): yellow plus all-red seconds when the phase changes.
+
+Presets: `small` (2x2 grid, light demand, 900 s), `default` (3x3, 1800 s), `large` (10x10
+grid, heavier demand, 1800 s: several hundred SimPy events per step).
+
+Version History:
+    v0: initial release.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from deszoo.core import NOOP, Integrator, SimPyParallelEnv
+from deszoo.envs.traffic.model import TrafficModel, phase_lanes
+from deszoo.errors import ConfigError
+
+__all__ = ["TrafficEnv", "heuristic"]
+
+N_PHASES = 4
+OBS_DIM = 30
+GREEN_REF = 60.0  # seconds: green time feature scale
+WAIT_REF = 120.0  # seconds: head-of-queue wait feature scale
+# For each lane slot (2 * heading + kind): the heading its vehicles mostly leave with
+# (straight for the through+right lane, left for the left lane). Used by the heuristic.
+_LANE_OUT = [h if kind == 0 else (h + 3) % 4 for h in range(4) for kind in (0, 1)]
+_PHASE_SLOTS = [phase_lanes(p) for p in range(N_PHASES)]
+
+
+class TrafficEnv(SimPyParallelEnv):
+    """Grid of signalised intersections; see the module docstring."""
+
+    metadata = {"render_modes": ["ansi"], "name": "traffic_v0"}
+    defaults = {
+        "rows": 3,
+        "cols": 3,
+        "demand": 0.09,
+        "demand_spread": 0.5,
+        "turn_probs": (0.15, 0.7, 0.15),
+        "link_time": 15.0,
+        "link_capacity": 40,
+        "headway": 2.0,
+        "decision_interval": 5.0,
+        "min_green": 10.0,
+        "clearance": 4.0,
+        "max_time": 1800.0,
+    }
+    presets = {
+        "small": {"rows": 2, "cols": 2, "demand": 0.06, "max_time": 900.0},
+        "default": {},
+        "large": {"rows": 10, "cols": 10, "demand": 0.12},
+    }
+
+    def _setup(self):
+        c = self.config
+        name = self.metadata["name"]
+        for key in ("rows", "cols", "link_capacity"):
+            if not isinstance(c[key], (int, np.integer)) or isinstance(c[key], bool) or c[key] < 1:
+                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive int")
+        for key in ("link_time", "headway", "decision_interval"):
+            if not isinstance(c[key], (int, float)) or not c[key] > 0:
+                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive number")
+        for key in ("min_green", "clearance"):
+            if not isinstance(c[key], (int, float)) or not c[key] >= 0:
+                raise ConfigError(f"{name}: {key}={c[key]!r} must be a number >= 0")
+        if not isinstance(c["demand"], (int, float)) or not c["demand"] >= 0:
+            raise ConfigError(f"{name}: demand={c['demand']!r} must be >= 0 (vehicles/s)")
+        if not isinstance(c["demand_spread"], (int, float)) or not 0 <= c["demand_spread"] < 1:
+            raise ConfigError(f"{name}: demand_spread={c['demand_spread']!r} must be in [0, 1)")
+        probs = c["turn_probs"]
+        try:
+            probs = tuple(float(p) for p in probs)
+        except TypeError:
+            probs = ()
+        if len(probs) != 3 or min(probs) < 0 or abs(sum(probs) - 1.0) > 1e-6:
+            raise ConfigError(
+                f"{name}: turn_probs={c['turn_probs']!r} must be three probabilities "
+                "(left, straight, right) that sum to 1"
+            )
+        if c["max_time"] is None and c["max_steps"] is None:
+            raise ConfigError(f"{name}: demand never ends; set max_time or max_steps")
+        self._turns = probs
+        self._queue_ref = c["link_capacity"] / 2.0
+        rows, cols = c["rows"], c["cols"]
+        names = [f"signal_{r}_{q}" for r in range(rows) for q in range(cols)]
+        low = np.zeros(OBS_DIM, dtype=np.float32)
+        return names, low, np.ones(OBS_DIM, dtype=np.float32), 1 + N_PHASES
+
+    def _build(self):
+        c = self.config
+        n = len(self.possible_agents)
+        self._queue = Integrator(n)
+        self.model = TrafficModel(
+            self.sim,
+            self.rng,
+            c["rows"],
+            c["cols"],
+            float(c["demand"]),
+            float(c["demand_spread"]),
+            self._turns,
+            float(c["link_time"]),
+            int(c["link_capacity"]),
+            float(c["headway"]),
+            float(c["clearance"]),
+            on_queue=self._on_queue,
+        )
+        phases = self.rng.integers(0, N_PHASES, n).tolist()
+        # Signals start as if their first phase had been green for ``min_green``, so
+        # every signal decides at t = 0.
+        self.model.start(phases, green_since=-float(c["min_green"]))
+        self._obs_stamp = None
+        self._mask_rows = np.ones((N_PHASES, 1 + N_PHASES), dtype=np.int8)
+        for p in range(N_PHASES):
+            self._mask_rows[p, 1 + p] = 0
+        self.sim.process(self._clock())
+
+    # ---- decisions -------------------------------------------------------------------
+    def _clock(self):
+        sim, model = self.sim, self.model
+        dt = float(self.config["decision_interval"])
+        min_green = float(self.config["min_green"]) - 1e-9
+        max_time = self.config["max_time"]
+        n = model.n_nodes
+        appliers = [self._applier(i) for i in range(n)]
+        while True:
+            now = sim.now
+            if max_time is None or now < max_time:
+                for i in range(n):
+                    if (
+                        not model.in_clearance[i]
+                        and now - model.green_since[i] >= min_green
+                        and i not in self._pending  # still deciding (flagged invalid action)
+                    ):
+                        self.decide(i, self._mask_rows[model.phase[i]]).callbacks.append(
+                            appliers[i]
+                        )
+            yield sim.timeout(dt)
+
+    def _applier(self, i: int):
+        switch = self.model.switch
+
+        def apply(event) -> None:
+            if event.value != NOOP:
+                switch(i, event.value - 1)
+
+        return apply
+
+    def _on_queue(self, node: int, delta: int) -> None:
+        self._queue.add(self.sim.now, node, delta)
+
+    def _flush(self, until: float) -> None:
+        self.rew_buf -= (self._queue.take(until) / 60.0).astype(np.float32)
+
+    # ---- observations ----------------------------------------------------------------
+    def _observe(self, i: int, out: np.ndarray) -> None:
+        # Hot path: the whole observation matrix is built once per step with numpy and
+        # each agent's row is copied out of it.
+        stamp = (id(self.sim), self.num_steps)
+        if self._obs_stamp != stamp:
+            self._obs_all = self._observe_all()
+            self._obs_stamp = stamp
+        out[:] = self._obs_all[i]
+
+    def _observe_all(self) -> np.ndarray:
+        model, now = self.model, self.sim.now
+        n = model.n_nodes
+        obs = np.zeros((n, OBS_DIM), dtype=np.float32)
+        obs[np.arange(n), model.phase] = 1.0
+        clearing = np.asarray(model.in_clearance, dtype=bool)
+        obs[:, 4] = clearing
+        green = np.minimum(1.0, (now - np.asarray(model.green_since)) / GREEN_REF)
+        obs[:, 5] = np.where(clearing, 0.0, np.maximum(green, 0.0))
+        queues = model.queues
+        lens = np.fromiter((len(q) for q in queues), dtype=np.float64, count=8 * n)
+        heads = np.fromiter((q[0][2] if q else now for q in queues), dtype=np.float64, count=8 * n)
+        obs[:, 6:14] = np.minimum(1.0, lens / self._queue_ref).reshape(n, 8)
+        obs[:, 14:22] = np.minimum(1.0, (now - heads) / WAIT_REF).reshape(n, 8)
+        count = np.asarray(model.count, dtype=np.float64)
+        queued = np.asarray(model.queued_on, dtype=np.float64)
+        cap = float(self.config["link_capacity"])
+        obs[:, 22:26] = np.minimum(1.0, (count - queued) / cap).reshape(n, 4)
+        out_link = np.asarray(model.out_link)
+        out_count = np.where(out_link >= 0, count[np.maximum(out_link, 0)], 0.0)
+        obs[:, 26:30] = np.minimum(1.0, out_count / cap).reshape(n, 4)
+        return obs
+
+    def _render_text(self) -> str:
+        model = self.model
+        names = "NS ", "NSL", "EW ", "EWL"
+        lines = [
+            f"traffic t={self.now:7.1f}  in network {model.entered - model.exited}  "
+            f"exited {model.exited}  switches {model.switches}"
+        ]
+        for r in range(model.rows):
+            cells = []
+            for q in range(model.cols):
+                i = r * model.cols + q
+                state = "clr" if model.in_clearance[i] else names[model.phase[i]]
+                queued = sum(len(model.queues[8 * i + s]) for s in range(8))
+                cells.append(f"{state}:{queued:3d}")
+            lines.append("  " + "  ".join(cells))
+        return "\n".join(lines)
+
+
+def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:
+    """Max pressure with hysteresis.
+
+    The pressure of a phase is the queue (plus half the head-of-queue wait) of the lanes
+    it serves minus the occupancy of the links those lanes mostly discharge into. Keep
+    the current phase unless another phase's pressure exceeds it by a margin.
+    """
+    if not mask[1:].any():
+        return NOOP
+    queue = obs[6:14] + 0.5 * obs[14:22]
+    room = obs[26:30]
+    best, best_p = -np.inf, 0
+    current = int(np.argmax(obs[0:4]))
+    pressure = [0.0] * N_PHASES
+    for p in range(N_PHASES):
+        a, b = _PHASE_SLOTS[p]
+        pressure[p] = queue[a] + queue[b] - room[_LANE_OUT[a]] - room[_LANE_OUT[b]]
+        if mask[1 + p] and pressure[p] > best:
+            best, best_p = pressure[p], p
+    if best > pressure[current] + 0.1:
+        return 1 + best_p
+    return NOOP

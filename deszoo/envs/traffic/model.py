@@ -1,0 +1,250 @@
+"""A grid of signalised intersections as a SimPy model (no RL concepts).
+
+Geometry. ``rows x cols`` intersections ("nodes") on a grid, row 0 at the top. Headings
+are indexed clockwise: ``0`` north, ``1`` east, ``2`` south, ``3`` west. Every node has
+four incoming links, one per heading of the traffic on it (link ``4 * node + h`` carries
+vehicles heading ``h`` into ``node``). Links on the edge of the grid are fed by a source
+outside the network; traffic leaving the grid exits.
+
+Traffic. Each source releases vehicles as a Poisson stream. A vehicle is a SimPy process:
+it drives the link in its free-flow time, picks its turn (left, straight or right, with
+fixed probabilities) and joins the back of a lane at the stop line: the left-turn lane or
+the through-and-right lane. A link stores at most ``link_capacity`` vehicles (moving and
+queued): a vehicle may only cross the stop line when the link it turns into has room, so
+queues spill back into upstream intersections and, at the edge, into a backlog of
+vehicles waiting to enter (a spatial-queue model).
+
+Signals. Four phases: ``0`` north-south through and right, ``1`` north-south protected
+left, ``2`` east-west through and right, ``3`` east-west protected left. Each lane is a
+SimPy process that discharges its queue one vehicle per ``headway`` seconds while its
+phase is green and the downstream link has room. Changing phase starts a clearance
+interval (yellow plus all-red) during which no lane discharges.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+
+__all__ = ["TrafficModel", "HEADINGS", "phase_lanes"]
+
+HEADINGS = ((-1, 0), (0, 1), (1, 0), (0, -1))  # (d_row, d_col) of N, E, S, W
+THROUGH, LEFT = 0, 1
+EXIT = -1
+_RANDOM_BATCH = 4096
+
+
+def phase_lanes(p: int) -> tuple[int, int]:
+    """Lane slots (``2 * heading + kind``, 0..7) that phase ``p`` serves."""
+    axis, kind = p // 2, p % 2
+    return 2 * axis + kind, 2 * (axis + 2) + kind
+
+
+class TrafficModel:
+    """The network, its vehicles and its signals.
+
+    ``on_queue(node, delta)`` is called whenever the number of vehicles waiting at a
+    node's stop lines (or in the backlog of a source feeding it) changes.
+    """
+
+    def __init__(
+        self,
+        sim: simpy.Environment,
+        rng: np.random.Generator,
+        rows: int,
+        cols: int,
+        demand: float,
+        demand_spread: float,
+        turn_probs: tuple[float, float, float],
+        link_time: float,
+        link_capacity: int,
+        headway: float,
+        clearance: float,
+        on_queue: Callable[[int, int], None],
+    ):
+        self.sim, self.rng = sim, rng
+        self.rows, self.cols = rows, cols
+        self.n_nodes = n = rows * cols
+        self.headway, self.clearance = headway, clearance
+        self.link_time = link_time
+        self.on_queue = on_queue
+        left, straight, _ = turn_probs
+        self._p_left, self._p_left_straight = left, left + straight
+
+        # Links: 4 * node + heading. ``out_link[4 * node + h]`` is the link a vehicle
+        # leaving ``node`` with heading ``h`` enters, or EXIT.
+        self.cap = [link_capacity] * (4 * n)
+        self.count = [0] * (4 * n)  # vehicles on the link, moving or queued
+        self.queued_on = [0] * (4 * n)  # of which queued at the stop line
+        self.out_link = [EXIT] * (4 * n)
+        self.sources: list[int] = []  # links fed from outside the grid
+        for node in range(n):
+            r, c = divmod(node, cols)
+            for h, (dr, dc) in enumerate(HEADINGS):
+                rr, cc = r + dr, c + dc
+                if 0 <= rr < rows and 0 <= cc < cols:
+                    self.out_link[4 * node + h] = 4 * (rr * cols + cc) + h
+                ur, uc = r - dr, c - dc  # upstream of the incoming link with heading h
+                if not (0 <= ur < rows and 0 <= uc < cols):
+                    self.sources.append(4 * node + h)
+        # Lanes: 8 * node + 2 * heading + kind.
+        self.queues: list[deque] = [deque() for _ in range(8 * n)]
+        self.green = [False] * (8 * n)
+        self._wake: list[simpy.Event | None] = [None] * (8 * n)
+        self._blocked: list[list[int]] = [[] for _ in range(4 * n)]  # lanes waiting for room
+        # Signals.
+        self.phase = [0] * n
+        self.in_clearance = [False] * n
+        self.green_since = [0.0] * n
+        self.switches = 0
+        # Sources.
+        spread = demand_spread
+        self.rates = [
+            demand * float(m) for m in rng.uniform(1 - spread, 1 + spread, len(self.sources))
+        ]
+        self.backlog = {link: 0 for link in self.sources}
+        self.entered = 0
+        self.exited = 0
+        self._u = rng.random(_RANDOM_BATCH)
+        self._k = 0
+
+    # ---- set-up --------------------------------------------------------------------
+    def start(self, phases: list[int], green_since: float) -> None:
+        sim = self.sim
+        for node, p in enumerate(phases):
+            self.phase[node] = p
+            self.green_since[node] = green_since
+            for slot in phase_lanes(p):
+                self.green[8 * node + slot] = True
+        for lane in range(8 * self.n_nodes):
+            sim.process(self._lane(lane))
+        for link, rate in zip(self.sources, self.rates, strict=True):
+            if rate > 0:
+                sim.process(self._source(link, rate))
+
+    # ---- random numbers --------------------------------------------------------------
+    def _uniform(self) -> float:
+        # Hot path: one numpy call per 4096 draws instead of one per draw.
+        k = self._k
+        if k == _RANDOM_BATCH:
+            self._u = self.rng.random(_RANDOM_BATCH)
+            k = 0
+        self._k = k + 1
+        return float(self._u[k])
+
+    # ---- signals ---------------------------------------------------------------------
+    def switch(self, node: int, p: int) -> None:
+        """Start the clearance interval, then give phase ``p`` green."""
+        if self.in_clearance[node] or p == self.phase[node]:
+            return
+        for slot in phase_lanes(self.phase[node]):
+            self.green[8 * node + slot] = False
+        self.phase[node] = p
+        self.in_clearance[node] = True
+        self.switches += 1
+        timer = self.sim.timeout(self.clearance)
+        timer.callbacks.append(lambda _e, node=node: self._green(node))
+
+    def _green(self, node: int) -> None:
+        self.in_clearance[node] = False
+        self.green_since[node] = self.sim.now
+        for slot in phase_lanes(self.phase[node]):
+            lane = 8 * node + slot
+            self.green[lane] = True
+            self._poke(lane)
+
+    def _poke(self, lane: int) -> None:
+        wake = self._wake[lane]
+        if wake is not None:
+            self._wake[lane] = None
+            wake.succeed()
+
+    # ---- processes -------------------------------------------------------------------
+    def _source(self, link: int, rate: float):
+        sim, rng = self.sim, self.rng
+        node = link // 4
+        gaps = rng.exponential(1.0 / rate, _RANDOM_BATCH)
+        k = 0
+        while True:
+            if k == _RANDOM_BATCH:
+                gaps, k = rng.exponential(1.0 / rate, _RANDOM_BATCH), 0
+            yield sim.timeout(float(gaps[k]))
+            k += 1
+            if self.backlog[link] == 0 and self.count[link] < self.cap[link]:
+                self._enter(link)
+            else:
+                self.backlog[link] += 1
+                self.on_queue(node, 1)
+
+    def _enter(self, link: int) -> None:
+        self.count[link] += 1
+        self.entered += 1
+        self.sim.process(self._vehicle(link))
+
+    def _vehicle(self, link: int):
+        sim = self.sim
+        speed = 0.9 + 0.2 * self._uniform()  # drivers differ by +-10 % in free-flow time
+        while True:
+            yield sim.timeout(self.link_time * speed)
+            node, h = divmod(link, 4)
+            u = self._uniform()
+            if u < self._p_left:
+                kind, new_h = LEFT, (h + 3) % 4
+            elif u < self._p_left_straight:
+                kind, new_h = THROUGH, h
+            else:
+                kind, new_h = THROUGH, (h + 1) % 4
+            lane = 8 * node + 2 * h + kind
+            go = sim.event()
+            self.queues[lane].append((go, self.out_link[4 * node + new_h], sim.now))
+            self.queued_on[link] += 1
+            self.on_queue(node, 1)
+            self._poke(lane)
+            yield go
+            self._leave(link)
+            link = self.out_link[4 * node + new_h]
+            if link == EXIT:
+                self.exited += 1
+                return
+
+    def _leave(self, link: int) -> None:
+        """A vehicle crossed the stop line at the end of ``link``: free its place."""
+        self.count[link] -= 1
+        self.queued_on[link] -= 1
+        if self.backlog.get(link):
+            self.backlog[link] -= 1
+            self.on_queue(link // 4, -1)
+            self._enter(link)
+            return
+        blocked = self._blocked[link]
+        if blocked:
+            self._blocked[link] = []
+            for lane in blocked:
+                self._poke(lane)
+
+    def _lane(self, lane: int):
+        sim = self.sim
+        queue = self.queues[lane]
+        green = self.green
+        count, cap = self.count, self.cap
+        node = lane // 8
+        while True:
+            if not queue or not green[lane]:
+                self._wake[lane] = sim.event()
+                yield self._wake[lane]
+                continue
+            go, out, _ = queue[0]
+            if out != EXIT:
+                if count[out] >= cap[out]:
+                    self._blocked[out].append(lane)
+                    self._wake[lane] = sim.event()
+                    yield self._wake[lane]
+                    continue
+                count[out] += 1
+            queue.popleft()
+            self.on_queue(node, -1)
+            go.succeed()
+            yield sim.timeout(self.headway)
