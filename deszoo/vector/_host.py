@@ -1,0 +1,264 @@
+"""What every backend runs next to the envs: the buffer layout and a group of envs.
+
+A :class:`EnvGroup` owns a few consecutive envs and steps them in place, writing their
+results into views of the batch buffers (rows ``[first * n, (first + count) * n)``). The
+round-robin backend runs one group with every env in the parent, each ``shm`` worker runs
+one group over shared memory, and the ``supersuit`` backend runs one group per env inside
+SuperSuit's workers. One code path for all three is what makes them bit-identical.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Layout", "Buffers", "EnvGroup", "EnvFailure", "restart_seed"]
+
+# Per-row fields, in the order they are laid out in memory: name, trailing shape key, dtype.
+ROW_FIELDS: tuple[tuple[str, str, Any], ...] = (
+    ("obs", "d", np.float32),
+    ("final_obs", "d", np.float32),
+    ("mask", "k", np.int8),
+    ("act", "", np.int64),
+    ("rew", "", np.float32),
+    ("term", "", np.bool_),
+    ("trunc", "", np.bool_),
+    ("live", "", np.bool_),
+    ("needs", "", np.bool_),
+    ("final", "", np.bool_),
+)
+# Per-env fields: the clock and the SimPy events processed since the vector env was built.
+SIM_FIELDS: tuple[tuple[str, Any], ...] = (("sim_time", np.float64), ("events", np.int64))
+# The env attribute each adopted row buffer replaces.
+ENV_ATTRS = {
+    "obs": "obs_buf",
+    "mask": "mask_buf",
+    "rew": "rew_buf",
+    "term": "term_buf",
+    "trunc": "trunc_buf",
+    "live": "live",
+    "needs": "needs_buf",
+}
+ALIGN = 64
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Shapes of the batch buffers: ``num_sims`` envs of ``n_agents`` agents each."""
+
+    num_sims: int
+    n_agents: int
+    obs_dim: int
+    n_actions: int
+
+    @property
+    def rows(self) -> int:
+        return self.num_sims * self.n_agents
+
+    def fields(self) -> list[tuple[str, tuple[int, ...], Any]]:
+        dims = {"d": (self.obs_dim,), "k": (self.n_actions,), "": ()}
+        out = [(name, (self.rows, *dims[key]), dt) for name, key, dt in ROW_FIELDS]
+        out += [(name, (self.num_sims,), dt) for name, dt in SIM_FIELDS]
+        return out
+
+    def nbytes(self) -> int:
+        total = 0
+        for _, shape, dt in self.fields():
+            total += -total % ALIGN
+            total += int(np.prod(shape)) * np.dtype(dt).itemsize
+        return total + ALIGN
+
+
+class Buffers:
+    """Numpy views of the batch buffers, over ``memory`` (shared) or fresh private memory."""
+
+    def __init__(self, layout: Layout, memory: Any = None):
+        self.layout = layout
+        if memory is None:
+            memory = bytearray(layout.nbytes())
+        raw = np.frombuffer(memory, dtype=np.uint8)
+        offset = -raw.ctypes.data % ALIGN
+        for name, shape, dt in layout.fields():
+            offset += -offset % ALIGN
+            size = int(np.prod(shape)) * np.dtype(dt).itemsize
+            view = raw[offset : offset + size].view(dt).reshape(shape)
+            setattr(self, name, view)
+            offset += size
+        self.mask[:, 0] = 1  # before the first reset every row is dead: only the no-op
+
+    # Attribute declarations for type checkers.
+    obs: np.ndarray
+    final_obs: np.ndarray
+    mask: np.ndarray
+    act: np.ndarray
+    rew: np.ndarray
+    term: np.ndarray
+    trunc: np.ndarray
+    live: np.ndarray
+    needs: np.ndarray
+    final: np.ndarray
+    sim_time: np.ndarray
+    events: np.ndarray
+
+
+@dataclass
+class EnvFailure:
+    """An exception raised by env ``env_index`` inside a group (picklable summary)."""
+
+    env_index: int
+    error_type: str
+    message: str
+    traceback: str
+
+
+def restart_seed(seed: int | None, restarts: int) -> int | None:
+    """Seed of a rebuilt env's first episode: fresh, but reproducible when ``seed`` is."""
+    if seed is None:
+        return None
+    state = np.random.SeedSequence([int(seed) & (2**64 - 1), 0x5EED, restarts])
+    return int(state.generate_state(1, np.uint64)[0])
+
+
+class EnvGroup:
+    """Envs ``first .. first + count - 1`` of a vector env, stepped in place.
+
+    Args:
+        factory: zero-argument callable that builds one env.
+        bufs: the batch buffers (the group touches only its own rows).
+        first: index of the group's first env.
+        count: number of envs in the group.
+        reset_seeds: if given, each env starts as "needs reset" and its next (auto)reset
+            uses this seed (used when a failed worker is rebuilt).
+    """
+
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        bufs: Buffers,
+        first: int,
+        count: int,
+        reset_seeds: Sequence[int | None] | None = None,
+    ):
+        self.factory = factory
+        self.bufs = bufs
+        self.first = first
+        self.count = count
+        n = bufs.layout.n_agents
+        self.n = n
+        self.envs = [factory() for _ in range(count)]
+        self.views: list[dict[str, np.ndarray]] = []
+        for k, env in enumerate(self.envs):
+            lo = (first + k) * n
+            views = {name: getattr(bufs, name)[lo : lo + n] for name in ENV_ATTRS}
+            self.views.append(views)
+            self._adopt(env, views)
+        self.rows = slice(first * n, (first + count) * n)
+        self.need_reset = [reset_seeds is not None] * count
+        self.next_seed: list[int | None] = list(reset_seeds or [None] * count)
+
+    @staticmethod
+    def _adopt(env: Any, views: dict[str, np.ndarray]) -> None:
+        # Hot-path shortcut: the env writes its results straight into the batch buffers
+        # (the bridge only ever writes its per-agent arrays in place), so no copy per step.
+        for name, attr in ENV_ATTRS.items():
+            view = views[name]
+            view[...] = getattr(env, attr)
+            setattr(env, attr, view)
+
+    def _sync(self, k: int) -> None:
+        """Copy back any buffer a scenario rebound instead of writing in place."""
+        env, views = self.envs[k], self.views[k]
+        for name, attr in ENV_ATTRS.items():
+            if getattr(env, attr) is not views[name]:
+                self._adopt(env, views)
+                return
+
+    def _reset_one(self, k: int, seed: int | None) -> None:
+        env = self.envs[k]
+        env.reset_arrays(seed)
+        self._sync(k)
+        s = self.first + k
+        self.bufs.sim_time[s] = env.now
+        self.bufs.events[s] += env.num_events
+
+    def reset(self, seeds: Sequence[int | None]) -> list[EnvFailure]:
+        """Reset every env of the group (``seeds[k]`` for env ``first + k``)."""
+        failures = []
+        self.bufs.final[self.rows] = False
+        for k in range(self.count):
+            try:
+                self.need_reset[k] = False
+                self.next_seed[k] = None
+                self._reset_one(k, seeds[k])
+            except Exception as exc:
+                failures.append(self._failure(k, exc))
+        return failures
+
+    def step(self, same_step: bool = False) -> list[EnvFailure]:
+        """Step every env with the actions in ``bufs.act``; autoreset finished envs.
+
+        ``same_step=False`` (Gymnasium's next-step mode): an env whose episode ended on
+        the previous step is reset instead of stepped (its actions are ignored) and
+        reports reward 0 and no termination. ``same_step=True``: an env whose episode ends
+        now is reset at once; its final observation goes to ``bufs.final_obs``.
+        """
+        bufs = self.bufs
+        act = bufs.act
+        n = self.n
+        bufs.final[self.rows] = False
+        failures = []
+        for k, env in enumerate(self.envs):
+            try:
+                if self.need_reset[k] or env.episode_over:
+                    seed, self.need_reset[k], self.next_seed[k] = self.next_seed[k], False, None
+                    self._reset_one(k, seed)
+                    continue
+                lo = (self.first + k) * n
+                before = env.num_events
+                env.step_arrays(act[lo : lo + n])
+                self._sync(k)
+                s = self.first + k
+                bufs.events[s] += env.num_events - before
+                bufs.sim_time[s] = env.now
+                if same_step and env.episode_over:
+                    self._same_step_reset(k, lo)
+            except Exception as exc:
+                failures.append(self._failure(k, exc))
+        return failures
+
+    def _same_step_reset(self, k: int, lo: int) -> None:
+        bufs, hi = self.bufs, lo + self.n
+        bufs.final_obs[lo:hi] = bufs.obs[lo:hi]
+        bufs.final[lo:hi] = True
+        done = (bufs.rew[lo:hi].copy(), bufs.term[lo:hi].copy(), bufs.trunc[lo:hi].copy())
+        self._reset_one(k, None)
+        bufs.rew[lo:hi], bufs.term[lo:hi], bufs.trunc[lo:hi] = done
+
+    def rebuild(self, sim: int, seed: int | None) -> None:
+        """Replace env ``sim`` by a fresh one; its next step resets it with ``seed``."""
+        k = sim - self.first
+        try:
+            self.envs[k].close()
+        except Exception:  # a broken env may fail to close; it is dropped anyway
+            pass
+        self.envs[k] = self.factory()
+        self._adopt(self.envs[k], self.views[k])
+        self.need_reset[k] = True
+        self.next_seed[k] = seed
+
+    def _failure(self, k: int, exc: BaseException) -> EnvFailure:
+        self.need_reset[k] = True
+        return EnvFailure(
+            env_index=self.first + k,
+            error_type=type(exc).__name__,
+            message=str(exc),
+            traceback=traceback.format_exc(),
+        )
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
