@@ -1,4 +1,5 @@
-"""Command line: ``deszoo run NAME`` (one seeded episode of the scenario's heuristic)."""
+"""Command line: ``deszoo run NAME`` (one seeded episode of the scenario's heuristic),
+``deszoo list``, ``deszoo bench`` (sampling speed) and ``deszoo leaderboard``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 
 import numpy as np
 
+from deszoo.bench import cli as bench_cli
 from deszoo.registry import env_module, list_envs
 
 __all__ = ["main", "run_episode"]
@@ -83,11 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--preset", default="default")
     run.add_argument("--policy", choices=["heuristic", "random"], default="heuristic")
     sub.add_parser("list", help="list the registered scenarios")
+    bench_cli.add_commands(sub)
     args = parser.parse_args(argv)
     if args.command == "list":
         print("\n".join(list_envs()))
     elif args.command == "run":
         _print_summary(run_episode(args.name, args.seed, args.preset, args.policy))
+    elif args.command == "bench":
+        return bench_cli.run_bench(args, argv)
+    elif args.command == "leaderboard":
+        return bench_cli.run_leaderboard(args)
     return 0
 
 

@@ -1,0 +1,87 @@
+"""Autotune: sweep workers and envs per worker for one scenario; recommend the fastest.
+
+Like PufferLib's autotune, it answers "which backend, how many workers and how many envs
+per worker sample this scenario fastest on this machine?" by measuring. In-process modes
+(``serial``, ``roundrobin``) are candidates too: for a cheap scenario on few cores they can
+win, and the recommendation says so.
+"""
+
+from __future__ import annotations
+
+from deszoo.bench.machine import usable_cores
+from deszoo.bench.modes import available_modes, is_in_process
+from deszoo.bench.runner import Config, Matrix
+from deszoo.bench.work import Work
+
+__all__ = ["ENVS_PER_WORKER", "autotune_configs", "autotune_matrix", "recommend"]
+
+ENVS_PER_WORKER = (1, 2, 4, 8, 16)
+AUTOTUNE_ENV_STEPS = 8192
+
+
+def autotune_matrix(
+    scenario: str,
+    preset: str = "default",
+    env_steps: int = AUTOTUNE_ENV_STEPS,
+    repeats: int = 3,
+    seed: int = 0,
+) -> Matrix:
+    """The settings of an autotune run (its rows come from :func:`autotune_configs`)."""
+    return Matrix(scenarios=[scenario], presets=[preset], env_steps=env_steps,
+                  repeats=repeats, seed=seed, suite="autotune")
+
+
+def autotune_configs(
+    matrix: Matrix,
+    modes: list[str] | None = None,
+    workers: list[int] | None = None,
+    envs_per_worker: tuple[int, ...] | list[int] = ENVS_PER_WORKER,
+) -> list[Config]:
+    """Every multiprocess mode at ``w`` workers x ``e`` envs per worker, and every
+    in-process mode at each resulting ``num_envs`` (``num_envs = w * e``).
+
+    Args:
+        matrix: from :func:`autotune_matrix`.
+        modes: default every available mode except ``ray``.
+        workers: default ``1 .. usable cores``.
+        envs_per_worker: envs each worker hosts.
+    """
+    if modes is None:
+        modes = [m for m in available_modes() if m != "ray"]
+    workers = workers or list(range(1, usable_cores() + 1))
+    work: Work = matrix.works()[0]
+    sizes = sorted({w * e for w in workers for e in envs_per_worker})
+    configs = []
+    for n in sizes:
+        for mode in modes:
+            if is_in_process(mode):
+                configs.append(Config(work, mode, n, 0))
+            else:
+                configs.extend(Config(work, mode, n, w) for w in workers
+                               if n % w == 0 and n // w in envs_per_worker)
+    return configs
+
+
+def recommend(result: dict, tolerance: float = 0.05) -> dict | None:
+    """The fastest row, and the smallest ``num_envs`` within ``tolerance`` of it.
+
+    Returns ``{"fastest": row, "compact": row, "snippet": str}`` or ``None`` if no row ran.
+    """
+    rows = [r for r in result["rows"] if r["status"] == "ok"]
+    if not rows:
+        return None
+    best = max(rows, key=lambda r: r["env_steps_per_s"])
+    near = [r for r in rows if r["env_steps_per_s"] >= (1 - tolerance) * best["env_steps_per_s"]]
+    compact = min(near, key=lambda r: (r["num_envs"], r["num_workers"],
+                                       -r["env_steps_per_s"]))
+    return {"fastest": best, "compact": compact, "snippet": snippet(best)}
+
+
+def snippet(row: dict) -> str:
+    """The ``make_vec`` call (or serial loop) a row stands for."""
+    if row["mode"] == "serial":
+        return (f"# serial: step {row['num_envs']} deszoo.make({row['scenario']!r}, "
+                f"preset={row['preset']!r}) envs one after another in one process")
+    workers = "" if is_in_process(row["mode"]) else f", num_workers={row['num_workers']}"
+    return (f"deszoo.vector.make_vec({row['scenario']!r}, num_envs={row['num_envs']}, "
+            f"backend={row['mode']!r}{workers}, preset={row['preset']!r})")

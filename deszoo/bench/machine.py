@@ -1,0 +1,151 @@
+"""Machine record, load, CPU time and peak memory (RSS) of the parent and its workers."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+from importlib import metadata
+
+__all__ = [
+    "PACKAGES",
+    "children_peak_rss_mb",
+    "child_pids",
+    "load_average",
+    "machine_record",
+    "reset_peak_rss",
+    "self_peak_rss_mb",
+    "usable_cores",
+]
+
+PACKAGES = ("deszoo", "simpy", "pettingzoo", "gymnasium", "numpy", "supersuit", "ray")
+"""Packages whose versions every machine record lists (``null`` when not installed)."""
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity), not the machine's total."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def load_average() -> list[float] | None:
+    """1, 5 and 15 minute load averages, or ``None`` where the OS has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def machine_record(label: str | None = None) -> dict:
+    """What a result needs to say about the machine it was measured on."""
+    return {
+        "label": label,
+        "cpu_model": cpu_model(),
+        "usable_cores": usable_cores(),
+        "logical_cpus": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "packages": {p: _version(p) for p in PACKAGES},
+        "load_average_start": load_average(),
+        "load_average_end": None,
+    }
+
+
+def _memory_gib() -> float | None:
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+# ---- memory ---------------------------------------------------------------------------
+def _maxrss_mb(who: int) -> float:
+    rss = resource.getrusage(who).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes vs KiB
+
+
+def _status_kb(pid: int | str, key: str) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak RSS (Linux ``clear_refs``); False where impossible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def self_peak_rss_mb() -> float:
+    """Peak RSS of this process in MiB (since :func:`reset_peak_rss` where that worked)."""
+    kb = _status_kb("self", "VmHWM")
+    return kb / 1024 if kb is not None else _maxrss_mb(resource.RUSAGE_SELF)
+
+
+def child_pids(pid: int | None = None) -> list[int]:
+    """Live descendants of ``pid`` (default: this process), from ``/proc`` (Linux)."""
+    pid = os.getpid() if pid is None else pid
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            found.extend(kids)
+            stack.extend(kids)
+    return found
+
+
+def children_peak_rss_mb(pids: list[int]) -> tuple[float | None, float | None, str]:
+    """Largest and summed peak RSS (MiB) of ``pids``, and how it was measured.
+
+    Reads ``VmHWM`` of each live child. Without ``/proc`` it falls back to
+    ``getrusage(RUSAGE_CHILDREN)``, the largest child this process ever waited for, so the
+    sum is unknown there (``None``).
+    """
+    peaks = [kb / 1024 for kb in (_status_kb(p, "VmHWM") for p in pids) if kb is not None]
+    if peaks:
+        return max(peaks), sum(peaks), "proc"
+    if not pids:
+        return None, None, "none"
+    return _maxrss_mb(resource.RUSAGE_CHILDREN), None, "rusage"

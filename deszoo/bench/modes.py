@@ -1,0 +1,273 @@
+"""Benchmark modes: how a row samples its work.
+
+``serial`` is the naive loop: ``num_envs`` independent envs, each run alone for all of its
+steps (whole episodes, reset when one ends), one after another, in this process. Every
+other mode is a backend of :func:`deszoo.vector.make_vec`, which steps all envs once per
+``step`` call; :func:`available_modes` lists them, so a new backend appears here by itself.
+
+Every mode does the same work in the same way: env ``i`` is reset with ``seed + i`` before
+the timed region, then takes ``steps_per_env`` steps; an env whose episode is over is reset
+(``reset(seed=None)``, drawing from its own seed sequence) at its next step, which counts as
+a step, as Gymnasium 1.x's next-step autoreset does. Actions come from the priorities of
+:func:`deszoo.bench.work.priorities`, so given bit-identical backends every mode follows
+the same trajectories (the row's ``reward_sum`` checks it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from deszoo.bench.work import Work, masked_actions, priorities, steps_per_env
+from deszoo.errors import ConfigError
+from deszoo.registry import make
+
+__all__ = [
+    "IN_PROCESS",
+    "RunStats",
+    "SerialSession",
+    "VectorSession",
+    "available_modes",
+    "open_session",
+    "vector_backends",
+]
+
+IN_PROCESS = ("serial", "roundrobin")
+"""Modes that run every env in the parent process (reported with ``num_workers`` 0)."""
+
+_PREFERRED_ORDER = ("serial", "roundrobin", "supersuit", "shm", "ray")
+
+
+@dataclass
+class RunStats:
+    """What one timed run measured."""
+
+    env_steps: int
+    wall_s: float
+    cpu_s: float
+    harness_s: float
+    reward_sum: float
+    sim_events: int | None = None
+    sim_time: float | None = None
+    episodes: int | None = None
+
+
+def vector_backends() -> list[str]:
+    """Backend names :func:`deszoo.vector.make_vec` accepts, or ``[]`` without the package."""
+    try:
+        vector = importlib.import_module("deszoo.vector")
+    except ImportError:
+        return []
+    for attr in ("list_backends", "backends", "available_backends"):
+        fn = getattr(vector, attr, None)
+        if callable(fn):
+            return list(fn())
+    names = getattr(vector, "BACKENDS", None)
+    if names is not None:
+        return list(names)
+    return []
+
+
+def available_modes() -> list[str]:
+    """``serial`` followed by every vector backend, in a stable order."""
+    modes = ["serial", *[b for b in vector_backends() if b != "serial"]]
+    rank = {m: i for i, m in enumerate(_PREFERRED_ORDER)}
+    return sorted(dict.fromkeys(modes), key=lambda m: (rank.get(m, len(rank)), m))
+
+
+def is_in_process(mode: str) -> bool:
+    return mode in IN_PROCESS
+
+
+class _Session:
+    """Shared set-up: the policy's priorities and the reward log."""
+
+    mode: str
+
+    def _prepare(self, work: Work, num_envs: int, n_agents: int, n_actions: int) -> None:
+        self.work = work
+        self.num_envs = num_envs
+        self.n_agents = n_agents
+        self.n_actions = n_actions
+        self.steps_per_env = steps_per_env(work, num_envs)
+        self.prio = priorities(work, num_envs, n_agents, n_actions)
+        self.rew_log = np.zeros((self.steps_per_env, num_envs, n_agents), dtype=np.float32)
+
+    def _steps(self, steps: int | None) -> int:
+        steps = self.steps_per_env if steps is None else steps
+        if not 0 < steps <= self.steps_per_env:
+            raise ValueError(f"steps={steps} must be in 1..{self.steps_per_env}")
+        return steps
+
+    def worker_pids(self) -> list[int]:
+        return []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class SerialSession(_Session):
+    """``num_envs`` envs in this process, each run for all its steps before the next."""
+
+    mode = "serial"
+    num_workers = 0
+
+    def __init__(self, work: Work, num_envs: int):
+        self.envs = [make(work.scenario, preset=work.preset, **work.env_kwargs)
+                     for _ in range(num_envs)]
+        env = self.envs[0]
+        self._prepare(work, num_envs, len(env.possible_agents), env.n_actions)
+        self._base_events = [0] * num_envs
+
+    def reset(self) -> None:
+        """Reset env ``i`` with ``seed + i`` (untimed)."""
+        for i, env in enumerate(self.envs):
+            env.reset_arrays(self.work.seed + i)
+            self._base_events[i] = env.num_events
+        self.rew_log.fill(0.0)
+
+    def run(self, steps: int | None = None) -> RunStats:
+        """Timed: ``steps`` steps (default: all) of each env in turn; then :meth:`reset`."""
+        steps = self._steps(steps)
+        scratch = np.empty((self.n_agents, self.n_actions), dtype=np.float32)
+        clock = time.perf_counter
+        events = 0
+        sim_time = 0.0
+        episodes = 0
+        harness = 0.0
+        cpu0 = time.process_time()
+        wall0 = clock()
+        for i, env in enumerate(self.envs):
+            prio = self.prio[:, i]
+            rlog = self.rew_log[:, i]
+            mask = env.mask_buf
+            rew = env.rew_buf
+            step = env.step_arrays
+            events -= self._base_events[i]
+            c = clock()
+            for t in range(steps):
+                if env.episode_over:  # next-step autoreset: this step is the reset
+                    events += env.num_events
+                    sim_time += env.now
+                    episodes += 1
+                    env.reset_arrays(None)
+                    c = clock()
+                    continue
+                act = masked_actions(mask, prio[t], scratch)
+                b = clock()
+                harness += b - c
+                step(act)
+                c = clock()
+                rlog[t] = rew
+            harness += clock() - c
+            events += env.num_events
+            sim_time += env.now
+        wall = clock() - wall0
+        cpu = time.process_time() - cpu0
+        return RunStats(
+            env_steps=steps * self.num_envs,
+            wall_s=wall,
+            cpu_s=cpu,
+            harness_s=harness,
+            reward_sum=float(self.rew_log[:steps].sum(dtype=np.float64)),
+            sim_events=events,
+            sim_time=sim_time,
+            episodes=episodes,
+        )
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class VectorSession(_Session):
+    """A :func:`deszoo.vector.make_vec` vector env stepping all envs at once."""
+
+    def __init__(self, work: Work, num_envs: int, mode: str, num_workers: int | None):
+        from deszoo.vector import make_vec
+
+        self.mode = mode
+        self.num_workers = 0 if is_in_process(mode) else num_workers
+        self.vec = None
+        self.vec = make_vec(
+            work.scenario,
+            num_envs,
+            backend=mode,
+            num_workers=None if is_in_process(mode) else num_workers,
+            seed=work.seed,
+            preset=work.preset,
+            **work.env_kwargs,
+        )
+        rows = self.vec.num_envs
+        if rows % num_envs:
+            raise ConfigError(f"{mode}: {rows} rows is not a multiple of num_envs={num_envs}")
+        self._prepare(work, num_envs, rows // num_envs, int(self.vec.single_action_space.n))
+        self._mask = None
+
+    def reset(self) -> None:
+        """``reset(seed=seed)``: env ``i`` gets ``seed + i`` (untimed)."""
+        _, infos = self.vec.reset(seed=self.work.seed)
+        self._mask = infos["action_mask"]
+        self.rew_log.fill(0.0)
+
+    def run(self, steps: int | None = None) -> RunStats:
+        """Timed: ``steps`` vector steps (default: all); then :meth:`reset`."""
+        steps = self._steps(steps)
+        rows = self.num_envs * self.n_agents
+        prio = self.prio.reshape(self.steps_per_env, rows, self.n_actions)
+        rlog = self.rew_log.reshape(self.steps_per_env, rows)
+        scratch = np.empty((rows, self.n_actions), dtype=np.float32)
+        step = self.vec.step
+        mask = self._mask
+        clock = time.perf_counter
+        harness = 0.0
+        cpu0 = time.process_time()
+        wall0 = clock()
+        c = wall0
+        for t in range(steps):
+            act = masked_actions(mask, prio[t], scratch)
+            b = clock()
+            harness += b - c
+            out = step(act)
+            c = clock()
+            rlog[t] = out[1]
+            mask = out[4]["action_mask"]
+        harness += clock() - c
+        wall = clock() - wall0
+        cpu = time.process_time() - cpu0
+        self._mask = mask
+        return RunStats(
+            env_steps=steps * self.num_envs,
+            wall_s=wall,
+            cpu_s=cpu,
+            harness_s=harness,
+            reward_sum=float(self.rew_log[:steps].sum(dtype=np.float64)),
+        )
+
+    def worker_pids(self) -> list[int]:
+        from deszoo.bench.machine import child_pids
+
+        return child_pids()
+
+    def close(self) -> None:
+        if self.vec is not None:
+            self.vec.close()
+            self.vec = None
+
+
+def open_session(work: Work, mode: str, num_envs: int, num_workers: int | None):
+    """Build the session for ``mode`` (untimed: worker start-up happens here)."""
+    if mode == "serial":
+        return SerialSession(work, num_envs)
+    backends = vector_backends()
+    if mode not in backends:
+        raise ConfigError(
+            f"unknown benchmark mode {mode!r}; available: {available_modes()}"
+        )
+    return VectorSession(work, num_envs, mode, num_workers)

@@ -1,0 +1,228 @@
+"""The versioned schema of a benchmark result file, and its validator.
+
+The field tables below are the schema: :func:`validate` checks a result against them and
+``docs/benchmarks.md`` documents them (a test keeps the two in step). A change that removes
+or changes the meaning of a field bumps :data:`SCHEMA`; adding an optional field does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from deszoo.bench.work import Work, work_hash
+
+__all__ = [
+    "FIELDS",
+    "MACHINE_FIELDS",
+    "ROW_FIELDS",
+    "SCHEMA",
+    "SchemaError",
+    "WORK_FIELDS",
+    "check",
+    "results_work_hash",
+    "validate",
+]
+
+SCHEMA = "deszoo.bench/1"
+"""Name and version of the result format (the ``schema`` field of every file)."""
+
+
+class SchemaError(ValueError):
+    """A result file does not follow the schema; ``errors`` lists every problem."""
+
+    def __init__(self, where: str, errors: list[str]):
+        self.where = where
+        self.errors = errors
+        super().__init__(f"{where}: " + "; ".join(errors))
+
+
+NUM = (int, float)
+OPT_NUM = (int, float, type(None))
+OPT_STR = (str, type(None))
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    types: tuple
+    doc: str
+    required_ok: bool = False  # must not be null in a row whose status is "ok"
+
+
+def _f(name: str, types, doc: str, required_ok: bool = False) -> Field:
+    return Field(name, types if isinstance(types, tuple) else (types,), doc, required_ok)
+
+
+FIELDS = [
+    _f("schema", str, f"Format name and version, `{SCHEMA}`."),
+    _f("created", str, "When the run finished, ISO 8601 in UTC."),
+    _f("command", str, "The command line that produced the file."),
+    _f("suite", str, "`quick`, `standard` (the leaderboard's), `autotune` or `custom`."),
+    _f("machine", dict, "Where it ran; see the machine table."),
+    _f("settings", dict, "How it was measured: `repeats`, `warmup_fraction`, `modes`, "
+       "`num_envs`, `num_workers` (as asked; rows say what ran)."),
+    _f("works", dict, "Every work definition used, keyed by its work hash; see the work table."),
+    _f("work_hash", str, "Hash of the sorted work hashes of all rows: equal files did equal work."),
+    _f("rows", list, "One entry per configuration; see the row table."),
+]
+
+MACHINE_FIELDS = [
+    _f("label", OPT_STR, "Free-form name given with `--label`, or null."),
+    _f("cpu_model", str, "CPU model name (`/proc/cpuinfo`)."),
+    _f("usable_cores", int, "Cores this process may use (CPU affinity)."),
+    _f("logical_cpus", (int, type(None)), "Logical CPUs of the machine."),
+    _f("memory_gib", OPT_NUM, "Physical memory in GiB."),
+    _f("os", str, "`platform.platform()`."),
+    _f("python", str, "Python version."),
+    _f("python_implementation", str, "`CPython`, `PyPy`, ..."),
+    _f("packages", dict, "Versions of deszoo, simpy, pettingzoo, gymnasium, numpy, supersuit, "
+       "ray (null: not installed)."),
+    _f("load_average_start", (list, type(None)), "1/5/15-minute load average before the run."),
+    _f("load_average_end", (list, type(None)), "The same after the run: a busy machine shows."),
+]
+
+WORK_FIELDS = [
+    _f("scenario", str, "Registered scenario name."),
+    _f("preset", str, "Scenario preset."),
+    _f("env_steps", int, "Total env steps of a row (split over its envs, rounded up)."),
+    _f("seed", int, "Env `i` is reset with `seed + i`; the policy generator uses `seed`."),
+    _f("env_kwargs", dict, "Extra scenario arguments."),
+    _f("policy", str, "Policy name and version."),
+]
+
+ROW_FIELDS = [
+    _f("scenario", str, "Scenario name."),
+    _f("preset", str, "Scenario preset."),
+    _f("mode", str, "`serial`, or a `deszoo.vector` backend (`roundrobin`, `supersuit`, "
+       "`shm`, `ray`)."),
+    _f("num_envs", int, "Envs sampled (not agent rows)."),
+    _f("num_workers", int, "Worker processes; 0 for modes that run in the parent."),
+    _f("work_hash", str, "Key of this row's work in `works`."),
+    _f("status", str, "`ok`, or `error` (then `error` says why and the figures are null)."),
+    _f("error", OPT_STR, "The exception, for a failed row."),
+    _f("n_agents", (int, type(None)), "Agents (rows of the vector env) per env."),
+    _f("steps_per_env", (int, type(None)), "Steps each env takes per repeat."),
+    _f("env_steps", (int, type(None)), "Env steps per repeat (`steps_per_env * num_envs`).",
+       True),
+    _f("repeats", int, "Timed repeats."),
+    _f("warmup_steps", int, "Untimed steps per env before the repeats."),
+    _f("setup_s", OPT_NUM, "Seconds to build the envs or start the workers (untimed)."),
+    _f("wall_s", list, "Wall seconds of each repeat."),
+    _f("cpu_s", list, "Parent CPU seconds (`time.process_time`) of each repeat."),
+    _f("harness_s", list, "Seconds of each repeat spent choosing actions and logging rewards "
+       "(inside `wall_s`)."),
+    _f("env_steps_per_s", OPT_NUM, "Median env steps per wall second.", True),
+    _f("env_steps_per_s_min", OPT_NUM, "Slowest repeat.", True),
+    _f("env_steps_per_s_max", OPT_NUM, "Fastest repeat.", True),
+    _f("spread", OPT_NUM, "`(max - min) / median` of env-steps/s over repeats.", True),
+    _f("agent_steps_per_s", OPT_NUM, "`env_steps_per_s * n_agents`: agent rows per second.",
+       True),
+    _f("sim_time_per_s", OPT_NUM, "Simulated time advanced, summed over envs, per wall second."),
+    _f("events_per_s", OPT_NUM, "SimPy events processed per wall second."),
+    _f("speedup_vs_serial", OPT_NUM, "Median wall of `serial` (same work, same `num_envs`) "
+       "over this row's."),
+    _f("parallel_efficiency", OPT_NUM, "`speedup_vs_serial / max(num_workers, 1)`."),
+    _f("parent_cpu_us_per_step", OPT_NUM, "Median parent CPU microseconds per env step.", True),
+    _f("harness_us_per_step", OPT_NUM, "Median policy and logging microseconds per env step.",
+       True),
+    _f("parent_peak_rss_mb", OPT_NUM, "Peak RSS of the parent during the row (MiB)."),
+    _f("worker_peak_rss_mb", OPT_NUM, "Largest peak RSS of one worker (MiB), null if none."),
+    _f("workers_peak_rss_mb_total", OPT_NUM, "Sum of the workers' peak RSS (MiB)."),
+    _f("rss_method", str, "`proc` (VmHWM per process), `rusage` (getrusage) or `none`."),
+    _f("reward_sum", OPT_NUM, "Sum of all rewards of a repeat: equal across modes when "
+       "they follow the same trajectories."),
+    _f("sim_events", (int, type(None)), "SimPy events per repeat (from the serial run)."),
+    _f("sim_time", OPT_NUM, "Simulated time per repeat, summed over envs (serial run)."),
+    _f("matches_serial", (bool, type(None)), "`reward_sum` equals serial's (relative 1e-6); "
+       "null without a serial reference."),
+]
+
+
+def _check_fields(obj: Any, fields: list[Field], where: str, errors: list[str]) -> None:
+    if not isinstance(obj, dict):
+        errors.append(f"{where} must be an object, got {type(obj).__name__}")
+        return
+    for f in fields:
+        if f.name not in obj:
+            errors.append(f"{where}: missing field {f.name!r} ({f.doc})")
+            continue
+        value = obj[f.name]
+        ok = isinstance(value, f.types) and not (
+            isinstance(value, bool) and bool not in f.types
+        )
+        if not ok:
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in f.types)
+            errors.append(
+                f"{where}.{f.name}: expected {names}, got {type(value).__name__} {value!r:.40}"
+            )
+
+
+def validate(result: Any) -> list[str]:
+    """Every way ``result`` breaks the schema (an empty list when it follows it)."""
+    errors: list[str] = []
+    if not isinstance(result, dict):
+        return [f"a result must be a JSON object, got {type(result).__name__}"]
+    schema = result.get("schema")
+    if schema != SCHEMA:
+        return [f"schema is {schema!r}; this deszoo reads {SCHEMA!r}"]
+    _check_fields(result, FIELDS, "result", errors)
+    if errors:
+        return errors
+    _check_fields(result["machine"], MACHINE_FIELDS, "machine", errors)
+    for key, work in result["works"].items():
+        before = len(errors)
+        _check_fields(work, WORK_FIELDS, f"works[{key!r}]", errors)
+        if len(errors) == before and work_hash(work) != key:
+            errors.append(
+                f"works[{key!r}]: the work definition hashes to {work_hash(work)!r}, not to its "
+                "key (the file was edited or written by a different hash function)"
+            )
+    for i, row in enumerate(result["rows"]):
+        where = f"rows[{i}]"
+        before = len(errors)
+        _check_fields(row, ROW_FIELDS, where, errors)
+        if len(errors) > before:
+            continue
+        if row["status"] not in ("ok", "error"):
+            errors.append(f"{where}.status: expected 'ok' or 'error', got {row['status']!r}")
+        if row["work_hash"] not in result["works"]:
+            errors.append(f"{where}.work_hash {row['work_hash']!r} is not a key of works")
+        else:
+            work = result["works"][row["work_hash"]]
+            for key in ("scenario", "preset"):
+                if work.get(key) != row[key]:
+                    errors.append(f"{where}.{key} {row[key]!r} differs from its work's "
+                                  f"{work.get(key)!r}")
+        if row["status"] == "ok":
+            for f in ROW_FIELDS:
+                if f.required_ok and row[f.name] is None:
+                    errors.append(f"{where}.{f.name} is null in a row with status 'ok'")
+            if len(row["wall_s"]) != row["repeats"]:
+                errors.append(f"{where}: {len(row['wall_s'])} wall times for "
+                              f"{row['repeats']} repeats")
+    if not errors:
+        expected = results_work_hash(result["rows"])
+        if result["work_hash"] != expected:
+            errors.append(
+                f"work_hash is {result['work_hash']!r} but the rows' works hash to {expected!r}"
+            )
+    return errors
+
+
+def check(result: Any, where: str = "result") -> dict:
+    """Return ``result`` if it follows the schema, else raise :class:`SchemaError`."""
+    errors = validate(result)
+    if errors:
+        raise SchemaError(where, errors)
+    return result
+
+
+def results_work_hash(rows: list[dict]) -> str:
+    """The file-level work hash: hash of the sorted set of row work hashes."""
+    return work_hash({"works": sorted({r["work_hash"] for r in rows})})
+
+
+def work_of(result: dict, row: dict) -> Work:
+    """The :class:`Work` a row did."""
+    return Work.from_dict(result["works"][row["work_hash"]])

@@ -1,0 +1,299 @@
+"""Tests of the benchmark harness (deszoo.bench): work, modes, schema, leaderboard, CLI.
+
+No test here asserts a speed: figures on a shared machine say nothing about correctness.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deszoo.bench import leaderboard, schema
+from deszoo.bench.autotune import autotune_configs, autotune_matrix, recommend
+from deszoo.bench.modes import available_modes, is_in_process, open_session
+from deszoo.bench.runner import Matrix, run_matrix
+from deszoo.bench.work import Work, masked_actions, priorities, standard_work, work_hash
+from deszoo.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIO = "jobshop_v0"
+TINY = {"presets": ["small"], "env_steps": 48, "repeats": 2, "warmup_fraction": 0.1}
+# Multiprocess modes are slow to start; test every mode once, on the smallest work.
+MODES = [m for m in available_modes() if m != "ray"]
+
+
+@pytest.fixture(scope="module")
+def tiny_result() -> dict:
+    """One tiny run over every mode (3 envs, 1 worker), shared by several tests."""
+    matrix = Matrix(scenarios=[SCENARIO], modes=MODES, num_envs=[3], num_workers=[1], **TINY)
+    return run_matrix(matrix)
+
+
+def as_standard(result: dict) -> dict:
+    """A copy of ``result`` relabelled as having done the standard work (for leaderboard
+    tests: running the real standard work would take too long here)."""
+    result = copy.deepcopy(result)
+    works = {}
+    remap = {}
+    for key, work in result["works"].items():
+        std = standard_work(work["scenario"], work["preset"]).to_dict()
+        new = work_hash(std)
+        works[new] = std
+        remap[key] = new
+    result["works"] = works
+    for row in result["rows"]:
+        row["work_hash"] = remap[row["work_hash"]]
+    result["work_hash"] = schema.results_work_hash(result["rows"])
+    return schema.check(result)
+
+
+# ---- work ------------------------------------------------------------------------------
+def test_work_hash_is_pinned():
+    """The standard work's hash is fixed: changing it invalidates every leaderboard entry."""
+    assert standard_work("jobshop_v0").hash == "3dfc7cbbe1b55faa"
+
+
+def test_work_hash_depends_on_what_is_simulated_only():
+    """Hash ignores env_kwargs order; changes with steps, seed, preset or arguments."""
+    a = Work("jobshop_v0", env_kwargs={"n_jobs": 5, "n_machines": 2})
+    b = Work("jobshop_v0", env_kwargs={"n_machines": 2, "n_jobs": 5})
+    assert a.hash == b.hash == work_hash(json.loads(json.dumps(a.to_dict())))
+    others = [
+        Work("jobshop_v0", env_steps=100),
+        Work("jobshop_v0", seed=1),
+        Work("jobshop_v0", preset="small"),
+        Work("jobshop_v0", env_kwargs={"n_jobs": 6, "n_machines": 2}),
+    ]
+    assert len({a.hash, *(w.hash for w in others)}) == 5
+
+
+def test_masked_actions_are_legal_and_uniform():
+    """argmax(mask * priorities) picks only legal actions, each about equally often."""
+    work = Work("x", env_steps=4000)
+    prio = priorities(work, 1, 2, 5)[:, 0]
+    mask = np.array([[1, 0, 0, 0, 0], [0, 1, 0, 1, 1]], dtype=np.int8)
+    scratch = np.empty((2, 5), dtype=np.float32)
+    picks = np.array([masked_actions(mask, p, scratch) for p in prio])
+    assert (picks[:, 0] == 0).all()
+    counts = np.bincount(picks[:, 1], minlength=5)
+    assert counts[0] == counts[2] == 0
+    assert all(abs(c / len(picks) - 1 / 3) < 0.05 for c in counts[[1, 3, 4]])
+
+
+# ---- modes -------------------------------------------------------------------------------
+def test_modes_come_from_the_vector_backends():
+    """serial first, then every backend deszoo.vector has."""
+    from deszoo.bench.modes import vector_backends
+
+    assert available_modes()[0] == "serial"
+    assert set(available_modes()) == {"serial", *vector_backends()}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_does_the_same_env_steps(mode):
+    """Counted at the env or vector env: steps_per_env * num_envs env steps per run."""
+    work = Work(SCENARIO, "small", env_steps=40)
+    num_envs = 3
+    with open_session(work, mode, num_envs, None if is_in_process(mode) else 1) as session:
+        calls = []
+        if mode == "serial":
+            for env in session.envs:
+                for name in ("step_arrays", "reset_arrays"):
+                    orig = getattr(env, name)
+                    setattr(env, name, lambda *a, _o=orig: calls.append(1) or _o(*a))
+            session.reset()
+            calls.clear()
+            stats = session.run()
+            steps = len(calls)
+        else:
+            orig = session.vec.step
+            session.vec.step = lambda a: calls.append(1) or orig(a)
+            session.reset()
+            stats = session.run()
+            steps = len(calls) * num_envs
+    assert session.steps_per_env == 14
+    assert steps == stats.env_steps == 14 * num_envs
+
+
+def test_every_mode_follows_the_same_trajectories(tiny_result):
+    """Same work, same seeds, same actions: equal reward sums and env steps in every mode."""
+    rows = tiny_result["rows"]
+    assert [r["mode"] for r in rows] == MODES
+    assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+    assert {r["env_steps"] for r in rows} == {48}
+    assert all(r["matches_serial"] for r in rows)
+    assert len({r["reward_sum"] for r in rows}) == 1
+    assert {r["sim_events"] for r in rows} == {rows[0]["sim_events"]} and rows[0]["sim_events"]
+
+
+def test_result_has_every_figure(tiny_result):
+    """Each ok row carries throughput, speedup, CPU, memory and the machine record."""
+    schema.check(tiny_result)
+    for row in tiny_result["rows"]:
+        assert row["env_steps_per_s"] > 0 and row["agent_steps_per_s"] > 0
+        assert row["events_per_s"] > 0 and row["sim_time_per_s"] > 0
+        assert row["speedup_vs_serial"] > 0 and row["parallel_efficiency"] > 0
+        assert row["parent_cpu_us_per_step"] >= 0 and row["harness_us_per_step"] >= 0
+        assert row["parent_peak_rss_mb"] > 0
+        assert len(row["wall_s"]) == 2
+        if not is_in_process(row["mode"]):
+            assert row["num_workers"] == 1
+    m = tiny_result["machine"]
+    assert m["usable_cores"] >= 1 and m["packages"]["numpy"] and m["cpu_model"]
+
+
+def test_failed_row_is_reported_not_fatal():
+    """A mode that raises gives an error row; the other rows and the schema stay valid."""
+
+    def flaky(work, mode, num_envs, num_workers):
+        if mode == "roundrobin":
+            raise RuntimeError("boom")
+        return open_session(work, mode, num_envs, num_workers)
+
+    m = Matrix(scenarios=[SCENARIO], modes=["serial", "roundrobin"], num_envs=[2], **TINY)
+    result = run_matrix(m, open_session=flaky)
+    ok, bad = result["rows"]
+    assert ok["status"] == "ok" and bad["status"] == "error"
+    assert bad["error"] == "RuntimeError: boom" and bad["env_steps_per_s"] is None
+
+
+# ---- schema ------------------------------------------------------------------------------
+def test_schema_rejects_missing_and_mistyped_fields(tiny_result):
+    r = copy.deepcopy(tiny_result)
+    del r["rows"][0]["env_steps_per_s"]
+    r["machine"]["usable_cores"] = "two"
+    errors = schema.validate(r)
+    assert any("rows[0]: missing field 'env_steps_per_s'" in e for e in errors)
+    assert any("machine.usable_cores: expected int, got str" in e for e in errors)
+    with pytest.raises(schema.SchemaError, match="missing field"):
+        schema.check(r)
+
+
+def test_schema_rejects_other_versions_and_edited_work(tiny_result):
+    r = copy.deepcopy(tiny_result)
+    r["schema"] = "deszoo.bench/0"
+    assert "this deszoo reads 'deszoo.bench/1'" in schema.validate(r)[0]
+    r = copy.deepcopy(tiny_result)
+    (key,) = r["works"]
+    r["works"][key]["env_steps"] = 99
+    assert any("hashes to" in e for e in schema.validate(r))
+    r = copy.deepcopy(tiny_result)
+    r["work_hash"] = "0" * 16
+    assert any("rows' works hash to" in e for e in schema.validate(r))
+
+
+def test_docs_describe_every_field():
+    """docs/benchmarks.md documents every field of the schema tables."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    fields = schema.FIELDS + schema.MACHINE_FIELDS + schema.WORK_FIELDS + schema.ROW_FIELDS
+    missing = [f.name for f in fields if f"`{f.name}`" not in text]
+    assert not missing, f"docs/benchmarks.md lacks {missing}"
+    assert schema.SCHEMA in text
+
+
+# ---- leaderboard ---------------------------------------------------------------------------
+def test_leaderboard_rejects_other_work_and_ranks_standard_work(tiny_result, tmp_path):
+    (tmp_path / "other.json").write_text(json.dumps(tiny_result))
+    (tmp_path / "good.json").write_text(json.dumps(as_standard(tiny_result)))
+    broken = as_standard(tiny_result)
+    del broken["rows"][1]["mode"]
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    (tmp_path / "junk.json").write_text("{")
+    entries, rejected = leaderboard.load(tmp_path)
+    assert [e.path.name for e in entries] == ["good.json"]
+    why = {r.path.name: " ".join(r.errors) for r in rejected}
+    assert "env_steps 48 (standard: 16384)" in why["other.json"]
+    assert "differs from the leaderboard's" in why["other.json"]
+    assert "missing field 'mode'" in why["broken.json"]
+    assert "not readable JSON" in why["junk.json"]
+    page = leaderboard.render(entries)
+    assert f"## {SCENARIO} / small" in page and page.count("[good](") == len(MODES)
+    rates = [r["env_steps_per_s"] for r, _ in leaderboard.ranking(entries)[(SCENARIO, "small")]]
+    assert rates == sorted(rates, reverse=True)
+
+
+def test_leaderboard_cli(tiny_result, tmp_path, capsys):
+    d = tmp_path / "lb"
+    d.mkdir()
+    out = tmp_path / "leaderboard.md"
+    (d / "good.json").write_text(json.dumps(as_standard(tiny_result)))
+    assert main(["leaderboard", "--dir", str(d), "--out", str(out)]) == 0
+    assert main(["leaderboard", "--dir", str(d), "--out", str(out), "--check"]) == 0
+    (d / "other.json").write_text(json.dumps(tiny_result))
+    assert main(["leaderboard", "--dir", str(d), "--out", str(out)]) == 1
+    assert "other.json: rejected" in capsys.readouterr().err
+    assert main(["leaderboard", "--dir", str(d), "--out", str(out), "--skip-invalid"]) == 0
+
+
+def test_committed_leaderboard_is_valid_and_up_to_date():
+    """Every committed entry passes, and docs/leaderboard.md is what they render to."""
+    d = ROOT / "benchmarks" / "leaderboard"
+    entries, rejected = leaderboard.load(d)
+    assert not rejected, "\n".join(r.message() for r in rejected)
+    out = ROOT / "docs" / "leaderboard.md"
+    assert out.read_text() == leaderboard.render(entries), "run `deszoo leaderboard`"
+
+
+# ---- autotune ------------------------------------------------------------------------------
+def test_autotune_sweeps_workers_and_envs_per_worker():
+    matrix = autotune_matrix(SCENARIO, env_steps=32)
+    configs = autotune_configs(matrix, modes=["serial", "shm"], workers=[1, 2],
+                               envs_per_worker=[1, 4])
+    shm = {(c.num_workers, c.num_envs) for c in configs if c.mode == "shm"}
+    assert shm == {(1, 1), (1, 4), (2, 2), (2, 8)}
+    assert {c.num_envs for c in configs if c.mode == "serial"} == {1, 2, 4, 8}
+
+
+def test_recommend_picks_the_fastest():
+    rows = [
+        {"status": "ok", "mode": "shm", "num_envs": 16, "num_workers": 2,
+         "env_steps_per_s": 100.0, "scenario": "s", "preset": "p"},
+        {"status": "ok", "mode": "shm", "num_envs": 4, "num_workers": 2,
+         "env_steps_per_s": 97.0, "scenario": "s", "preset": "p"},
+        {"status": "ok", "mode": "serial", "num_envs": 1, "num_workers": 0,
+         "env_steps_per_s": 50.0, "scenario": "s", "preset": "p"},
+    ]
+    rec = recommend({"rows": rows})
+    assert rec["fastest"] is rows[0] and rec["compact"] is rows[1]
+    assert "num_envs=16" in rec["snippet"] and "num_workers=2" in rec["snippet"]
+
+
+# ---- CLI and the pytest-benchmark suite ---------------------------------------------------
+def test_cli_bench_tiny(tmp_path):
+    """`deszoo bench` on a tiny config writes a valid JSON and a plot."""
+    out, plot = tmp_path / "r.json", tmp_path / "s.png"
+    rc = main(["bench", "--scenarios", f"{SCENARIO}/small", "--modes", "serial,roundrobin",
+               "--num-envs", "1,2", "--steps", "24", "--repeats", "1", "--no-progress",
+               "--out", str(out), "--plot", str(plot), "--label", "ci"])
+    assert rc == 0
+    result = schema.check(json.loads(out.read_text()))
+    assert [(r["mode"], r["num_envs"]) for r in result["rows"]] == [
+        ("serial", 1), ("roundrobin", 1), ("serial", 2), ("roundrobin", 2)]
+    assert result["machine"]["label"] == "ci" and result["command"].startswith("deszoo bench")
+    assert plot.stat().st_size > 1000
+
+
+def test_cli_bench_rejects_unknown_mode(capsys):
+    assert main(["bench", "--modes", "serial,warp", "--no-progress"]) == 2
+    assert "unknown mode(s) ['warp']" in capsys.readouterr().out
+
+
+def test_benchmark_suite_still_runs():
+    """One tiny case of benchmarks/ (pytest-benchmark, timing disabled) in a subprocess."""
+    env = {**os.environ, "DESZOO_BENCH_STEPS": "16", "DESZOO_BENCH_ENVS": "2",
+           "DESZOO_BENCH_ROUNDS": "1", "DESZOO_BENCH_PRESET": "small"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "benchmarks/test_bench_sampling.py",
+         "-k", f"{SCENARIO} and (serial or roundrobin)", "--benchmark-disable", "-q",
+         "-p", "no:cacheprovider"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed" in proc.stdout
