@@ -53,6 +53,7 @@ class AgentVecEnv:
     """One env as a SuperSuit-style vector env over its agents (``num_envs`` = agents)."""
 
     def __init__(self, factory: Any, env_index: int, layout: Layout, same_step: bool):
+        self._args = (factory, env_index, layout, same_step)
         self.env_index = env_index
         self.same_step = same_step
         self.bufs = Buffers(Layout(1, layout.n_agents, layout.obs_dim, layout.n_actions))
@@ -64,6 +65,10 @@ class AgentVecEnv:
         self.action_space = env.action_space(agent)
         self.metadata = env.metadata
         self.render_mode = None
+
+    def __reduce__(self):
+        # Rebuild from the arguments: pickled numpy views would lose their shared base.
+        return (AgentVecEnv, self._args)
 
     def _raise(self, failures: list) -> None:
         f = failures[0]
