@@ -15,6 +15,7 @@ ENVS: dict[str, str] = {
     "jobshop_v0": "deszoo.envs.jobshop_v0",
     "loadbalance_v0": "deszoo.envs.loadbalance_v0",
     "traffic_v0": "deszoo.envs.traffic_v0",
+    "warehouse_v0": "deszoo.envs.warehouse_v0",
 }
 
 

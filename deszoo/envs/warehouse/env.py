@@ -1,0 +1,333 @@
+"""Robotic order picking: a fleet of robots chooses which open orders to pick next.
+
+``n_robots`` robots pick ``n_orders`` orders in a warehouse of ``n_aisles`` one-way narrow
+aisles and drop them at ``n_stations`` stations on the front cross-aisle; see ``model.py``.
+Every aisle cell and every station is a SimPy ``Resource`` of capacity one, so robots
+queue behind each other in an aisle, a picking robot blocks the robots behind it, and
+robots queue at stations. Orders arrive as a Poisson stream. A free robot builds a batch
+of up to ``capacity`` orders, one decision per order, then picks the whole batch in one
+tour. A robot is at a decision point when it is free (at the start, after a drop-off,
+after waiting, or after adding an order to a batch that is not full) and at least one
+order is open; it picks one of the first ``order_slots`` open orders (arrival order) or
+takes the no-op. Decisions are event-driven and asynchronous. The episode length varies:
+it terminates when every order has been delivered.
+
+=================  ======================================================================
+Import             ``from deszoo.envs import warehouse_v0`` / ``deszoo.make("warehouse_v0")``
+Agents             ``robot_0`` .. ``robot_{n_robots-1}``
+Action space       ``Discrete(order_slots + 1)``: ``0`` no-op: with an empty batch wait
+                   ``wait_time`` seconds, with a partial batch start the tour; ``k`` add
+                   the open order in slot ``k-1`` to the batch
+Action mask        deciding: ``0`` and the occupied slots; not deciding (on a tour, at a
+                   station, waiting, or no open order): only ``0``
+Conflicts          if several robots take the same order in one step, the first robot
+                   processed gets it and the others decide again at once (if orders remain)
+Observation space  ``Box(0, 1, (9 + n_aisles + n_stations + 7 * order_slots,), float32)``
+Observation        ``[busy, x / (n_aisles - 1), depth (0 front cross-aisle .. 1 back),
+                   in an aisle, lines left on the tour / (capacity max_lines), orders in
+                   its batch / capacity, open orders / order_slots, orders not yet
+                   arrived / n_orders, delivered / n_orders]``; per aisle: robots in it or
+                   waiting at its entry / min(n_robots, aisle_length); per station: robots
+                   dropping or waiting there / n_robots; per order slot: ``[present, lines
+                   / max_lines, age / 900 s, estimated time of a tour for the order alone
+                   from the robot / est_ref, time it adds to the robot's batch / est_ref
+                   (equal to the previous feature when the batch is empty or the robot
+                   is not deciding), aisles with lines / max_lines, robots in those aisles
+                   / n_robots]``. ``est_ref = 2 n_aisles pitch_time + 2 max_lines
+                   (aisle_length cell_time + pitch_time) + max_lines pick_time +
+                   drop_time``. Every feature is capped to [0, 1]
+Reward             shared: minus the order-minutes in the system (orders arrived and not
+                   yet delivered, integrated over the step's simulated interval, / 60),
+                   split equally among the robots; summed over robots and the episode it
+                   is minus the total order cycle time in minutes
+Termination        every order has been delivered
+Truncation         ``max_steps`` env steps (default 3000) or ``max_time`` simulated time
+Heuristic          ``heuristic(obs, mask)``: with an empty batch the shortest estimated
+                   tour (congested aisles penalised, old orders favoured), never waiting;
+                   with a partial batch add the order that adds least time if that is at
+                   most 60 % of its tour alone, else start the tour
+=================  ======================================================================
+
+Arguments:
+    n_robots (int): robots, one agent each.
+    n_aisles (int): narrow aisles (at least 2: one of each direction).
+    aisle_length (int): cells per aisle.
+    n_stations (int): drop-off stations on the front cross-aisle (at most ``n_aisles``).
+    n_orders (int): orders in an episode.
+    max_lines (int): an order has 1..max_lines lines (uniform).
+    skew (float): aisle popularity ``(a + 1) ** -skew`` (0: uniform).
+    utilization (float): arrival rate relative to the fleet's capacity when it picks one
+        order per tour without blocking; above 1 the robots must batch to keep up.
+    initial_orders (int): orders already open at ``t = 0``.
+    capacity (int): orders a robot carries in one tour.
+    cell_time, pitch_time (float): seconds to move one cell along an aisle / one aisle
+        sideways on a cross-aisle.
+    pick_time (float): mean seconds per item picked (uniform on 0.5x..1.5x).
+    drop_time (float): mean seconds to drop one order at a station (uniform 0.8x..1.2x).
+    wait_time (float): seconds a robot with an empty batch waits on the no-op.
+    order_slots (int): open orders a robot sees and can choose from.
+
+Presets: `small` (3 robots, 4 aisles of 8 cells, 30 orders), `default` (6 robots, 8 aisles
+of 12, 120 orders), `large` (24 robots, 24 aisles of 40, 6 stations, 400 orders, up to 8
+lines per order).
+
+Version History:
+    v0: initial release.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from deszoo.core import NOOP, Integrator, SimPyParallelEnv
+from deszoo.envs.warehouse.model import WarehouseModel
+from deszoo.errors import ConfigError
+
+__all__ = ["WarehouseEnv", "heuristic"]
+
+HEAD = 9
+SLOT = 7
+AGE_REF = 900.0  # seconds: order age feature scale
+
+_INTS = (
+    "n_robots",
+    "n_aisles",
+    "aisle_length",
+    "n_stations",
+    "n_orders",
+    "max_lines",
+    "order_slots",
+    "capacity",
+)
+_POSITIVE = ("cell_time", "pitch_time", "pick_time", "drop_time", "wait_time", "utilization")
+
+
+class WarehouseEnv(SimPyParallelEnv):
+    """Robot fleet picking orders; see the module docstring."""
+
+    metadata = {"render_modes": ["ansi"], "name": "warehouse_v0"}
+    defaults = {
+        "n_robots": 6,
+        "n_aisles": 8,
+        "aisle_length": 12,
+        "n_stations": 2,
+        "n_orders": 120,
+        "max_lines": 4,
+        "skew": 0.5,
+        "utilization": 1.2,
+        "initial_orders": 12,
+        "capacity": 3,
+        "cell_time": 1.0,
+        "pitch_time": 2.0,
+        "pick_time": 5.0,
+        "drop_time": 10.0,
+        "wait_time": 10.0,
+        "order_slots": 8,
+        "max_steps": 3000,
+    }
+    presets = {
+        "small": {
+            "n_robots": 3,
+            "n_aisles": 4,
+            "aisle_length": 8,
+            "n_orders": 30,
+            "max_lines": 3,
+            "initial_orders": 6,
+        },
+        "default": {},
+        "large": {
+            "n_robots": 24,
+            "n_aisles": 24,
+            "aisle_length": 40,
+            "n_stations": 6,
+            "n_orders": 400,
+            "max_lines": 8,
+            "initial_orders": 48,
+            "max_steps": 10000,
+        },
+    }
+
+    def _setup(self):
+        c = self.config
+        name = self.metadata["name"]
+        for key in _INTS:
+            v = c[key]
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{name}: {key}={v!r} must be a positive int")
+        if c["n_aisles"] < 2:
+            raise ConfigError(
+                f"{name}: n_aisles={c['n_aisles']!r} must be >= 2 (aisles are one-way, one "
+                "of each direction is needed)"
+            )
+        if c["n_stations"] > c["n_aisles"]:
+            raise ConfigError(
+                f"{name}: n_stations={c['n_stations']} must not exceed n_aisles={c['n_aisles']}"
+            )
+        v = c["initial_orders"]
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+            raise ConfigError(f"{name}: initial_orders={v!r} must be an int >= 0")
+        for key in _POSITIVE:
+            if not isinstance(c[key], (int, float)) or not c[key] > 0:
+                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive number")
+        if not isinstance(c["skew"], (int, float)) or not c["skew"] >= 0:
+            raise ConfigError(f"{name}: skew={c['skew']!r} must be a number >= 0")
+        A, S, K = c["n_aisles"], c["n_stations"], c["order_slots"]
+        self._est_ref = (
+            2 * A * c["pitch_time"]
+            + 2 * c["max_lines"] * (c["aisle_length"] * c["cell_time"] + c["pitch_time"])
+            + c["max_lines"] * c["pick_time"]
+            + c["drop_time"]
+        )
+        self._slot0 = HEAD + A + S
+        dim = self._slot0 + SLOT * K
+        names = [f"robot_{r}" for r in range(c["n_robots"])]
+        return names, np.zeros(dim, np.float32), np.ones(dim, np.float32), K + 1
+
+    def _build(self):
+        c = self.config
+        self._in_system = Integrator(1)
+        self._obs_stamp = None
+        self._snapshot: list = []
+        self.model = WarehouseModel(
+            self.sim,
+            self.rng,
+            c["n_robots"],
+            c["n_aisles"],
+            c["aisle_length"],
+            c["n_stations"],
+            c["n_orders"],
+            c["max_lines"],
+            float(c["skew"]),
+            float(c["utilization"]),
+            c["initial_orders"],
+            c["capacity"],
+            float(c["cell_time"]),
+            float(c["pitch_time"]),
+            float(c["pick_time"]),
+            float(c["drop_time"]),
+            float(c["wait_time"]),
+            self._choose,
+            on_count=self._on_count,
+            on_all_done=self.end_episode,
+        )
+        self.model.start()
+
+    # ---- decisions -------------------------------------------------------------------
+    def _choose(self, r: int, batch: list):
+        return self.sim.process(self._pick(r))
+
+    def _pick(self, r: int):
+        mask = np.zeros(self.n_actions, dtype=np.int8)
+        mask[: 1 + min(len(self.model.open), self.n_actions - 1)] = 1
+        action = yield self.decide(r, mask)
+        if action == NOOP:
+            return None
+        # The slot refers to the open orders as the robot observed them (the snapshot is
+        # refreshed with the mask at every observation, see _observe).
+        return self._snapshot[action - 1]
+
+    def _on_count(self, delta: int) -> None:
+        self._in_system.add(self.sim.now, 0, delta)
+
+    def _flush(self, until: float) -> None:
+        share = self._in_system.take(until)[0] / (60.0 * len(self.possible_agents))
+        self.rew_buf[self.live] -= np.float32(share)
+
+    # ---- observations ----------------------------------------------------------------
+    def _observe(self, i: int, out: np.ndarray) -> None:
+        # Hot path: all rows are computed once per step with numpy; each call copies one.
+        stamp = self.num_steps
+        if self._obs_stamp != stamp:
+            self._obs_all, self._mask_row = self._observe_all()
+            self._obs_stamp = stamp
+        out[:] = self._obs_all[i]
+        if i in self._pending:
+            self.mask_buf[i] = self._mask_row  # match the mask to the observed slots
+
+    def _observe_all(self) -> tuple[np.ndarray, np.ndarray]:
+        model, now = self.model, self.sim.now
+        n, A, L, K = model.n_robots, model.n_aisles, model.length, self.n_actions - 1
+        S, cap = model.n_stations, model.capacity
+        obs = np.zeros((n, self._obs_space.shape[0]), dtype=np.float32)
+        x = np.asarray(model.x)
+        y = np.asarray(model.y)
+        obs[:, 0] = model.busy
+        obs[:, 1] = x / (A - 1)
+        obs[:, 2] = (y + 1.0) / (L + 1.0)
+        obs[:, 3] = (y >= 0) & (y < L)
+        obs[:, 4] = np.minimum(1.0, np.asarray(model.lines_left) / (cap * model.max_lines))
+        obs[:, 5] = [len(b) / cap for b in model.batch]
+        obs[:, 6] = min(1.0, len(model.open) / K)
+        obs[:, 7] = (model.n_orders - model.released) / model.n_orders
+        obs[:, 8] = model.delivered / model.n_orders
+        load = np.asarray(model.aisle_load, dtype=np.float64)
+        obs[:, HEAD : HEAD + A] = np.minimum(1.0, load / min(n, L))
+        obs[:, HEAD + A : HEAD + A + S] = np.minimum(1.0, np.asarray(model.station_load) / n)
+        snap = model.open[:K]
+        self._snapshot = snap
+        mask = np.zeros(K + 1, dtype=np.int8)
+        mask[: 1 + len(snap)] = 1
+        if snap:
+            m, ref = len(snap), self._est_ref
+            pitch = model.pitch_time
+            lo = np.array([o.lo for o in snap], dtype=np.float64)
+            hi = np.array([o.hi for o in snap], dtype=np.float64)
+            b_asc = np.array([o.base_asc for o in snap])
+            b_desc = np.array([o.base_desc for o in snap])
+            est = np.minimum(
+                np.abs(x[:, None] - lo) * pitch + b_asc, np.abs(x[:, None] - hi) * pitch + b_desc
+            )
+            table = obs[:, self._slot0 :].reshape(n, K, SLOT)
+            table[:, :m, 0] = 1.0
+            table[:, :m, 1] = [o.lines / model.max_lines for o in snap]
+            table[:, :m, 2] = [min(1.0, (now - o.arrival) / AGE_REF) for o in snap]
+            table[:, :m, 3] = np.minimum(1.0, est / ref)
+            table[:, :m, 4] = table[:, :m, 3]
+            table[:, :m, 5] = [len(o.aisles) / model.max_lines for o in snap]
+            table[:, :m, 6] = [
+                min(1.0, sum(model.aisle_load[a] for a in o.aisles) / n) for o in snap
+            ]
+            # Robots building a batch see the extra time each order would add to it.
+            for r in self._pending:
+                batch = model.batch[r]
+                if batch:
+                    x0 = int(model.x[r])
+                    base = model.tour_time(batch, x0)
+                    extra = [model.tour_time(batch + [o], x0) - base for o in snap]
+                    table[r, :m, 4] = np.clip(np.asarray(extra) / ref, 0.0, 1.0)
+        return obs, mask
+
+    def _render_text(self) -> str:
+        model = self.model
+        lines = [
+            f"warehouse t={self.now:8.1f}  open {len(model.open)}  delivered "
+            f"{model.delivered}/{model.n_orders}"
+        ]
+        lines.append("  aisles  " + " ".join(f"{v:d}" for v in model.aisle_load))
+        lines.append("  station " + " ".join(f"{v:d}" for v in model.station_load))
+        for r in range(model.n_robots):
+            state = "busy" if model.busy[r] else "free"
+            lines.append(f"  robot_{r}: {state} x={model.x[r]:4.0f} y={model.y[r]:4.0f}")
+        return "\n".join(lines)
+
+
+def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:
+    """Shortest tour first, then batch orders that add little to the tour.
+
+    With an empty batch: the order with the shortest estimated tour, penalising congested
+    aisles and favouring old orders (never waits). With a partial batch: add the order
+    that adds the least time, if that is at most 60 % of its tour alone; else start.
+    """
+    if not mask[1:].any():
+        return NOOP
+    k = len(mask) - 1
+    table = np.asarray(obs[len(obs) - SLOT * k :], dtype=np.float64).reshape(k, SLOT)
+    illegal = mask[1:] == 0
+    if obs[5] == 0:
+        score = table[:, 3] + 0.5 * table[:, 6] - 0.3 * table[:, 2]
+        score[illegal] = np.inf
+        return int(np.argmin(score)) + 1
+    extra = table[:, 4].copy()
+    extra[illegal] = np.inf
+    j = int(np.argmin(extra))
+    return j + 1 if extra[j] <= 0.6 * table[j, 3] else NOOP

@@ -1,0 +1,324 @@
+"""A robotic picking warehouse as a SimPy model (no RL concepts).
+
+Layout. ``n_aisles`` narrow aisles side by side (aisle ``a`` at ``x = a``), each
+``aisle_length`` cells deep, between a wide front cross-aisle (``y = -1``) and a wide back
+cross-aisle (``y = aisle_length``). Aisles are one-way, alternating: even aisles are
+entered at the front and left at the back, odd aisles the other way round, so robots in an
+aisle never meet head-on. Every cell of a narrow aisle is a SimPy ``Resource`` of capacity
+one: a robot moves into the next cell only when it is free, and a robot picking in a cell
+blocks the robots behind it (picker blocking). The cross-aisles are wide (no blocking);
+moving one aisle sideways takes ``pitch_time``. ``n_stations`` drop-off stations on the
+front cross-aisle are ``Resource``s of capacity one.
+
+Orders. ``n_orders`` orders are generated at the start; ``initial_orders`` of them are open
+at ``t = 0`` and the rest arrive as a Poisson stream. An order has 1..``max_lines`` lines,
+each at a random cell; the aisle is drawn with weights ``(a + 1) ** -skew`` (fast movers
+near aisle 0).
+
+Robots. A free robot builds a batch of up to ``capacity`` orders: it asks
+``choose(r, batch)`` for an order to add until it gets ``None`` (start the tour; with an
+empty batch: wait ``wait_time``), the batch is full or no open order is left. It then
+visits the aisles holding lines of the batch in a sweep (ascending or descending ``x``,
+whichever is shorter), traverses each in its one-way direction picking at the cells,
+passes through an aisle of the opposite direction when it must change cross-aisle,
+returns to the front and drops the batch at the station with the least expected delay
+(``drop_time`` per order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+__all__ = ["WarehouseModel", "Order", "FRONT", "BACK"]
+
+FRONT, BACK = 0, 1
+
+
+@dataclass
+class Order:
+    id: int
+    lines: int
+    picks: dict[int, dict[int, int]]  # aisle -> {cell y: items}
+    lo: int  # first and last aisle with a line
+    hi: int
+    base_asc: float = 0.0  # estimated tour time when swept upwards from the front of lo
+    base_desc: float = 0.0  # ... swept downwards from the front of hi
+    arrival: float = float("inf")
+    taken: bool = False
+    aisles: list[int] = field(default_factory=list)
+
+
+def merge(orders: list[Order]) -> dict[int, dict[int, int]]:
+    """The pick lists of several orders as one: aisle -> {cell: items}."""
+    picks: dict[int, dict[int, int]] = {}
+    for order in orders:
+        for a, cells in order.picks.items():
+            spot = picks.setdefault(a, {})
+            for y, items in cells.items():
+                spot[y] = spot.get(y, 0) + items
+    return picks
+
+
+class WarehouseModel:
+    """Robots, aisles, stations and orders.
+
+    ``choose(r, batch)`` returns an event whose value is the :class:`Order` (one of
+    :attr:`open`) robot ``r`` adds to ``batch``, or ``None`` to stop adding. Callbacks:
+    ``on_count(delta)`` when the number of orders in the system changes,
+    ``on_all_done()`` when the last order is delivered.
+    """
+
+    def __init__(
+        self,
+        sim: simpy.Environment,
+        rng: np.random.Generator,
+        n_robots: int,
+        n_aisles: int,
+        aisle_length: int,
+        n_stations: int,
+        n_orders: int,
+        max_lines: int,
+        skew: float,
+        utilization: float,
+        initial_orders: int,
+        capacity: int,
+        cell_time: float,
+        pitch_time: float,
+        pick_time: float,
+        drop_time: float,
+        wait_time: float,
+        choose: Callable[[int, list[Order]], simpy.Event],
+        on_count: Callable[[int], None] = lambda d: None,
+        on_all_done: Callable[[], None] = lambda: None,
+    ):
+        self.sim, self.rng = sim, rng
+        self.n_robots, self.n_aisles, self.length = n_robots, n_aisles, aisle_length
+        self.n_stations, self.n_orders, self.max_lines = n_stations, n_orders, max_lines
+        self.cell_time, self.pitch_time = cell_time, pitch_time
+        self.pick_time, self.drop_time, self.wait_time = pick_time, drop_time, wait_time
+        self.initial_orders = min(initial_orders, n_orders)
+        self.capacity = capacity
+        self.choose, self.on_count, self.on_all_done = choose, on_count, on_all_done
+        A, L = n_aisles, aisle_length
+        self.cells = [[simpy.Resource(sim, 1) for _ in range(L)] for _ in range(A)]
+        self.path = [list(range(L)) if a % 2 == 0 else list(range(L - 1, -1, -1)) for a in range(A)]
+        self.stations = [simpy.Resource(sim, 1) for _ in range(n_stations)]
+        self.station_x = [min(A - 1, int((s + 0.5) * A / n_stations)) for s in range(n_stations)]
+        # via[end][x][a]: aisle to pass through from cross-aisle ``end`` at ``x`` to reach
+        # the entry of aisle ``a`` (-1: ``a`` is entered from ``end``).
+        self.via = [[[self._via(end, x, a) for a in range(A)] for x in range(A)] for end in (0, 1)]
+        self.aisle_load = [0] * A  # robots in an aisle or waiting at its entry
+        self.station_load = [0] * n_stations  # robots dropping or waiting at a station
+        # Robot state, read by observers.
+        self.x = [float(self.station_x[r % n_stations]) for r in range(n_robots)]
+        self.y = [-1.0] * n_robots  # -1 front cross-aisle, L back cross-aisle
+        self.busy = [False] * n_robots
+        self.lines_left = [0] * n_robots
+        self.batch: list[list[Order]] = [[] for _ in range(n_robots)]
+        # Orders.
+        weights = (np.arange(A) + 1.0) ** -skew
+        self._aisle_p = weights / weights.sum()
+        self.orders = [self._new_order(k) for k in range(n_orders)]
+        mean_tour = float(np.mean([self.estimate(o, self.station_x[0]) for o in self.orders]))
+        self.mean_tour = mean_tour
+        self.rate = utilization * n_robots / mean_tour
+        self.open: list[Order] = []
+        self.released = 0
+        self.delivered = 0
+        self._order_event: simpy.Event | None = None
+
+    # ---- geometry ----------------------------------------------------------------------
+    def _via(self, end: int, x: int, a: int) -> int:
+        if a % 2 == end:  # even aisles are entered from the front (0), odd from the back
+            return -1
+        cands = [b for b in range(self.n_aisles) if b % 2 == end]
+        return min(cands, key=lambda b: (abs(x - b) + abs(b - a), abs(b - a), b))
+
+    def _home(self, x: int) -> int:
+        """Aisle leading from the back cross-aisle to the front, nearest to ``x``."""
+        return min(range(1, self.n_aisles, 2), key=lambda b: (abs(x - b), b))
+
+    def plan(
+        self, picks: dict[int, dict[int, int]], x0: int, ascending: bool
+    ) -> tuple[list[tuple[int, bool]], float]:
+        """Aisles to traverse from the front at ``x0``, each with a pick flag, and travel time.
+
+        Aisles with lines are visited in a sweep; when the next one is entered from the
+        other cross-aisle the robot passes through the best aisle of the opposite direction
+        (picking there too if it holds lines) and finally returns to the front.
+        """
+        remaining = sorted(picks, reverse=not ascending)
+        end, x, t, route = FRONT, x0, 0.0, []
+        traverse = self.length * self.cell_time
+        pitch, via = self.pitch_time, self.via
+        while remaining:
+            b = via[end][x][remaining[0]]
+            if b < 0:
+                b = remaining[0]
+            pick = b in remaining
+            if pick:
+                remaining.remove(b)
+            t += abs(x - b) * pitch + traverse
+            route.append((b, pick))
+            end, x = 1 - end, b
+        if end == BACK:
+            b = self._home(x)
+            t += abs(x - b) * pitch + traverse
+            route.append((b, False))
+            x = b
+        t += min(abs(x - sx) for sx in self.station_x) * pitch
+        return route, t
+
+    def best_plan(
+        self, picks: dict[int, dict[int, int]], x0: int
+    ) -> tuple[list[tuple[int, bool]], float]:
+        """The shorter of the two sweeps from ``x0``."""
+        up, down = self.plan(picks, x0, True), self.plan(picks, x0, False)
+        return up if up[1] <= down[1] else down
+
+    def tour_time(self, orders: list[Order], x0: int) -> float:
+        """Expected time to pick and drop ``orders`` in one tour from ``x0`` (no blocking)."""
+        if not orders:
+            return 0.0
+        lines = sum(o.lines for o in orders)
+        travel = self.best_plan(merge(orders), x0)[1]
+        return travel + lines * self.pick_time + len(orders) * self.drop_time
+
+    def estimate(self, order: Order, x0: float) -> float:
+        """Expected time of a tour for ``order`` alone from ``x0`` (approximate, cheap)."""
+        return min(
+            abs(x0 - order.lo) * self.pitch_time + order.base_asc,
+            abs(x0 - order.hi) * self.pitch_time + order.base_desc,
+        )
+
+    def _new_order(self, k: int) -> Order:
+        rng, L = self.rng, self.length
+        n = int(rng.integers(1, self.max_lines + 1))
+        aisles = rng.choice(self.n_aisles, size=n, p=self._aisle_p)
+        cells = rng.integers(0, L, size=n)
+        picks: dict[int, dict[int, int]] = {}
+        for a, y in zip(aisles.tolist(), cells.tolist(), strict=True):
+            spot = picks.setdefault(a, {})
+            spot[y] = spot.get(y, 0) + 1
+        order = Order(k, n, picks, min(picks), max(picks), aisles=sorted(picks))
+        fixed = n * self.pick_time + self.drop_time
+        order.base_asc = self.plan(picks, order.lo, True)[1] + fixed
+        order.base_desc = self.plan(picks, order.hi, False)[1] + fixed
+        return order
+
+    # ---- processes -----------------------------------------------------------------------
+    def start(self) -> None:
+        for r in range(self.n_robots):
+            self.sim.process(self._robot(r))
+        self.sim.process(self._arrivals())
+
+    def _release(self, order: Order) -> None:
+        order.arrival = self.sim.now
+        self.open.append(order)
+        self.released += 1
+        self.on_count(1)
+        event = self._order_event
+        if event is not None:
+            self._order_event = None
+            event.succeed()
+
+    def _arrivals(self):
+        for order in self.orders[: self.initial_orders]:
+            self._release(order)
+        rest = self.orders[self.initial_orders :]
+        gaps = self.rng.exponential(1.0 / self.rate, len(rest))
+        for order, gap in zip(rest, gaps.tolist(), strict=True):
+            yield self.sim.timeout(gap)
+            self._release(order)
+
+    def _robot(self, r: int):
+        sim = self.sim
+        batch = self.batch[r]
+        while True:
+            if not self.open:
+                if self._order_event is None:
+                    self._order_event = sim.event()
+                yield self._order_event
+                continue
+            while self.open and len(batch) < self.capacity:
+                order = yield self.choose(r, batch)
+                if order is None:
+                    break
+                if order.taken:  # another robot took it at the same instant
+                    continue
+                order.taken = True
+                self.open.remove(order)
+                batch.append(order)
+            if not batch:
+                yield sim.timeout(self.wait_time)
+                continue
+            yield from self._tour(r, batch)
+            batch.clear()
+
+    def _tour(self, r: int, batch: list[Order]):
+        sim, rng = self.sim, self.rng
+        x = int(self.x[r])
+        picks = merge(batch)
+        route, _ = self.best_plan(picks, x)
+        self.busy[r] = True
+        self.lines_left[r] = sum(o.lines for o in batch)
+        for a, pick in route:
+            if a != x:
+                yield sim.timeout(abs(a - x) * self.pitch_time)
+                x = a
+                self.x[r] = float(a)
+            yield from self._traverse(r, a, picks[a] if pick else None)
+        station = min(
+            range(self.n_stations),
+            key=lambda s: (
+                abs(self.station_x[s] - x) * self.pitch_time
+                + self.station_load[s] * self.drop_time,
+                s,
+            ),
+        )
+        sx = self.station_x[station]
+        if sx != x:
+            yield sim.timeout(abs(sx - x) * self.pitch_time)
+            self.x[r] = float(sx)
+        self.station_load[station] += 1
+        with self.stations[station].request() as req:
+            yield req
+            for _ in batch:
+                yield sim.timeout(self.drop_time * float(rng.uniform(0.8, 1.2)))
+                self.delivered += 1
+                self.on_count(-1)
+        self.station_load[station] -= 1
+        self.busy[r] = False
+        if self.delivered == self.n_orders:
+            self.on_all_done()
+
+    def _traverse(self, r: int, a: int, picks: dict[int, int] | None):
+        """Drive aisle ``a`` in its one-way direction, picking at the cells in ``picks``."""
+        sim, rng = self.sim, self.rng
+        cells, path = self.cells[a], self.path[a]
+        cell_time = self.cell_time
+        self.aisle_load[a] += 1
+        req = cells[path[0]].request()
+        yield req
+        last = len(path) - 1
+        for k, y in enumerate(path):
+            self.y[r] = float(y)
+            if picks is not None and y in picks:
+                items = picks[y]
+                yield sim.timeout(items * self.pick_time * float(rng.uniform(0.5, 1.5)))
+                self.lines_left[r] -= items
+            if k < last:
+                nxt = cells[path[k + 1]].request()
+                yield nxt
+                yield sim.timeout(cell_time)
+                cells[y].release(req)
+                req = nxt
+            else:
+                yield sim.timeout(cell_time)  # step out onto the cross-aisle
+                cells[y].release(req)
+        self.aisle_load[a] -= 1
+        self.y[r] = -1.0 if a % 2 == 1 else float(self.length)
