@@ -14,6 +14,7 @@ __all__ = ["ENVS", "list_envs", "make", "env_module"]
 ENVS: dict[str, str] = {
     "jobshop_v0": "deszoo.envs.jobshop_v0",
     "loadbalance_v0": "deszoo.envs.loadbalance_v0",
+    "supplychain_v0": "deszoo.envs.supplychain_v0",
     "traffic_v0": "deszoo.envs.traffic_v0",
     "warehouse_v0": "deszoo.envs.warehouse_v0",
 }

@@ -1,0 +1,267 @@
+"""Multi-echelon supply chain (the beer game, generalised) as a SimPy model (no RL concepts).
+
+Echelon 0 holds the retailers, the last echelon the factories; ``widths[l]`` nodes sit at
+echelon ``l`` and widths do not grow upstream. Node ``j`` of echelon ``l`` buys from node
+``j * widths[l+1] // widths[l]`` of echelon ``l + 1``; factories produce from unlimited raw
+material. Customers arrive at each retailer as a Poisson process (rate per period
+``demand_rate``, optionally seasonal) and take one unit each; unmet demand is backlogged.
+
+Once per period each node places an order (:meth:`SupplyChainModel.place_order`). An order
+reaches the supplier after ``order_delay`` periods (a factory's production order starts at
+once); the supplier ships what it has on hand and backlogs the rest, which it ships first
+(first come, first served) as stock comes in. Shipments travel ``ship_delay`` periods;
+production takes ``production_delay`` periods. Holding and backlog costs accrue continuously
+per unit and period.
+
+All logistics happen at integer times (orders are placed at period boundaries, so receipts and
+shipments land on them too); customers arrive in between. The chain starts in a steady state:
+``initial_inventory`` periods of mean demand on hand and every pipeline filled with one period
+of mean demand per period of lead time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+__all__ = ["SupplyChainModel", "FORECAST_ALPHA"]
+
+FORECAST_ALPHA = 0.2  # smoothing of each node's demand forecast (exponential smoothing)
+
+
+@dataclass
+class SupplyChainModel:
+    sim: simpy.Environment
+    rng: np.random.Generator
+    widths: tuple[int, ...]
+    demand_rate: float  # customers per period per retailer
+    seasonality: float  # amplitude of the seasonal factor 1 + a sin(2 pi t / season)
+    season: float
+    order_delay: int
+    ship_delay: int
+    production_delay: int
+    initial_inventory: float  # periods of mean demand on hand at the start
+    holding_cost: float  # per unit on hand and period
+    backlog_cost: float  # per unit backlogged and period
+    # per node (index: echelon-major, retailers first)
+    level: list[int] = field(default_factory=list)
+    supplier: list[int] = field(default_factory=list)  # -1 for factories
+    mean: list[float] = field(default_factory=list)  # mean demand per period through the node
+    lead: list[int] = field(default_factory=list)  # periods from order to delivery
+    on_hand: list[int] = field(default_factory=list)
+    backlog: list[int] = field(default_factory=list)  # units owed downstream / to customers
+    on_order: list[int] = field(default_factory=list)  # ordered, not yet received
+    last_order: list[int] = field(default_factory=list)
+    last_demand: list[float] = field(default_factory=list)  # demand in the last period
+    forecast: list[float] = field(default_factory=list)
+    variance: list[float] = field(default_factory=list)  # smoothed squared forecast error
+    orders_log: list[list[int]] = field(default_factory=list)
+    demand_log: list[int] = field(default_factory=list)  # customer demand per period, chain
+    period: int = 0
+
+    def start(self) -> None:
+        widths = self.widths
+        n = sum(widths)
+        offsets = np.concatenate([[0], np.cumsum(widths)]).tolist()
+        self.n_nodes = n
+        self.level, self.supplier = [], []
+        for lvl, w in enumerate(widths):
+            for j in range(w):
+                self.level.append(lvl)
+                if lvl + 1 < len(widths):
+                    self.supplier.append(offsets[lvl + 1] + j * widths[lvl + 1] // w)
+                else:
+                    self.supplier.append(-1)
+        retailers_below = [1 if lvl == 0 else 0 for lvl in self.level]
+        for i in range(n):  # suppliers have higher indices: one pass accumulates the tree
+            if self.supplier[i] >= 0:
+                retailers_below[self.supplier[i]] += retailers_below[i]
+        self.mean = [self.demand_rate * r for r in retailers_below]
+        self.lead = [
+            self.production_delay if s < 0 else self.order_delay + self.ship_delay
+            for s in self.supplier
+        ]
+        self.on_hand = [int(round(self.initial_inventory * m)) for m in self.mean]
+        self.backlog = [0] * n
+        self.on_order = [0] * n
+        self.owed: list[deque] = [deque() for _ in range(n)]  # FIFO of [buyer, units]
+        self.last_order = [0] * n
+        self.last_demand = list(self.mean)
+        self.forecast = list(self.mean)
+        self.variance = list(self.mean)  # Poisson-like start
+        self.acc = [0] * n  # demand received in the running period
+        self.orders_log = [[] for _ in range(n)]
+        self.demand_log = []
+        self.period = 0
+        self.customers = [0] * n
+        self.fill = [0] * n  # customers served from stock
+        # cost integrals (plain floats: this runs once per customer)
+        self.cost_rate = [self.holding_cost * v for v in self.on_hand]
+        self.cost_area = [0.0] * n
+        self.cost_t = [0.0] * n
+        self._arrive_cb = self._order_arrives_event
+        self._receive_cb = self._receive_event
+        # steady-state pipelines: one period of mean demand per period of lead time
+        for i in range(n):
+            unit = int(round(self.mean[i]))
+            s = self.supplier[i]
+            transit = self.production_delay if s < 0 else self.ship_delay
+            mail = 0 if s < 0 else self.order_delay
+            for tau in range(1, transit):  # shipments (or production) under way
+                self.on_order[i] += unit
+                self.sim.timeout(tau, (i, unit)).callbacks.append(self._receive_cb)
+            for tau in range(mail):  # orders in the mail; tau = 0 is handled right now
+                self.on_order[i] += unit
+                if tau == 0:
+                    self._order_arrives(s, i, unit, count=False)
+                else:
+                    self.sim.timeout(tau, (i, unit)).callbacks.append(self._arrive_cb)
+        self.sim.process(self._market())
+
+    # ---- customers ------------------------------------------------------------------
+    def _market(self):
+        """Poisson customers at every retailer, drawn a period at a time."""
+        sim, rng = self.sim, self.rng
+        n_retail = self.widths[0]
+        ids = np.arange(n_retail)
+        k = 0
+        while True:
+            factor = 1.0 + self.seasonality * math.sin(2 * math.pi * (k + 0.5) / self.season)
+            counts = rng.poisson(self.demand_rate * factor, size=n_retail)
+            times = rng.random(int(counts.sum()))
+            who = np.repeat(ids, counts)
+            order = np.argsort(times, kind="stable")
+            for t, r in zip((k + times[order]).tolist(), who[order].tolist(), strict=True):
+                yield sim.timeout(t - sim.now)
+                self._customer(r)
+            k += 1
+            yield sim.timeout(k - sim.now)  # exactly k: now and k are close (Sterbenz)
+
+    def _customer(self, r: int) -> None:
+        # runs once per customer: _book inlined, and the private clock attribute read
+        # directly (skips a property call)
+        now = self.sim._now
+        self.cost_area[r] += self.cost_rate[r] * (now - self.cost_t[r])
+        self.cost_t[r] = now
+        self.acc[r] += 1
+        self.customers[r] += 1
+        if self.on_hand[r] > 0:
+            self.on_hand[r] -= 1
+            self.fill[r] += 1
+        else:
+            self.backlog[r] += 1
+        self.cost_rate[r] = (
+            self.holding_cost * self.on_hand[r] + self.backlog_cost * self.backlog[r]
+        )
+
+    # ---- orders and shipments -------------------------------------------------------
+    def place_order(self, i: int, units: int) -> None:
+        """Node ``i`` orders ``units`` from its supplier (a factory starts production)."""
+        self.last_order[i] = units
+        self.orders_log[i].append(units)
+        if units <= 0:
+            return
+        self.on_order[i] += units
+        s = self.supplier[i]
+        if s < 0:
+            self.sim.timeout(self.production_delay, (i, units)).callbacks.append(self._receive_cb)
+        elif self.order_delay == 0:
+            self._order_arrives(s, i, units)
+        else:
+            self.sim.timeout(self.order_delay, (i, units)).callbacks.append(self._arrive_cb)
+
+    def _order_arrives_event(self, event: simpy.Event) -> None:
+        buyer, units = event.value
+        self._order_arrives(self.supplier[buyer], buyer, units)
+
+    def _order_arrives(self, s: int, buyer: int, units: int, count: bool = True) -> None:
+        if count:
+            self.acc[s] += units
+        self._book(s)
+        ship = min(self.on_hand[s], units)  # on hand > 0 means nothing is owed
+        if ship:
+            self._ship(s, buyer, ship)
+        if units > ship:
+            self.owed[s].append([buyer, units - ship])
+            self.backlog[s] += units - ship
+        self._rate(s)
+
+    def _ship(self, s: int, buyer: int, units: int) -> None:
+        self.on_hand[s] -= units
+        self.sim.timeout(self.ship_delay, (buyer, units)).callbacks.append(self._receive_cb)
+
+    def _receive_event(self, event: simpy.Event) -> None:
+        i, units = event.value
+        self._book(i)
+        self.on_order[i] -= units
+        self.on_hand[i] += units
+        if self.level[i] == 0:
+            served = min(self.on_hand[i], self.backlog[i])
+            self.on_hand[i] -= served
+            self.backlog[i] -= served
+        else:
+            owed = self.owed[i]
+            while owed and self.on_hand[i] > 0:
+                entry = owed[0]
+                ship = min(entry[1], self.on_hand[i])
+                self._ship(i, entry[0], ship)
+                self.backlog[i] -= ship
+                entry[1] -= ship
+                if not entry[1]:
+                    owed.popleft()
+        self._rate(i)
+
+    # ---- bookkeeping -----------------------------------------------------------------
+    def _book(self, i: int) -> None:
+        now = self.sim.now
+        self.cost_area[i] += self.cost_rate[i] * (now - self.cost_t[i])
+        self.cost_t[i] = now
+
+    def _rate(self, i: int) -> None:
+        self.cost_rate[i] = (
+            self.holding_cost * self.on_hand[i] + self.backlog_cost * self.backlog[i]
+        )
+
+    def take_costs(self, t: float) -> list[float]:
+        """Each node's holding + backlog cost since the last call, up to time ``t``."""
+        out = []
+        for i in range(self.n_nodes):
+            out.append(self.cost_area[i] + self.cost_rate[i] * (t - self.cost_t[i]))
+            self.cost_area[i] = 0.0
+            self.cost_t[i] = t
+        return out
+
+    def close_period(self) -> None:
+        """End the running period: update every node's demand statistics and forecast."""
+        a = FORECAST_ALPHA
+        for i in range(self.n_nodes):
+            d = self.acc[i]
+            self.acc[i] = 0
+            self.last_demand[i] = d
+            err = d - self.forecast[i]
+            self.forecast[i] += a * err
+            self.variance[i] = (1 - a) * self.variance[i] + a * err * err
+        self.demand_log.append(sum(self.last_demand[: self.widths[0]]))
+        self.period += 1
+
+    def inventory_position(self, i: int) -> int:
+        return self.on_hand[i] + self.on_order[i] - self.backlog[i]
+
+    def bullwhip(self) -> list[float]:
+        """Per echelon: variance of its total orders per period / variance of customer demand."""
+        demand = np.asarray(self.demand_log, dtype=np.float64)
+        periods = min(len(demand), min(len(log) for log in self.orders_log))
+        if periods < 2 or demand[:periods].var() == 0:
+            return [float("nan")] * len(self.widths)
+        base = demand[:periods].var()
+        out = []
+        for lvl in range(len(self.widths)):
+            rows = [
+                self.orders_log[i][:periods] for i in range(self.n_nodes) if self.level[i] == lvl
+            ]
+            out.append(float(np.sum(rows, axis=0).var() / base))
+        return out
