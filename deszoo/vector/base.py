@@ -238,6 +238,10 @@ class DeszooVecEnv(VectorEnv):
         """SimPy events processed per env since this vector env was built (int64)."""
         return self._bufs.events.copy()
 
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live workers (empty for in-process backends)."""
+        return []
+
     # ---- Gymnasium API --------------------------------------------------------------
     def reset(self, *, seed=None, options=None):
         raise NotImplementedError

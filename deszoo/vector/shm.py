@@ -124,15 +124,19 @@ class _Worker:
         return f"worker {self.index} (pid {self.proc.pid}, envs {self.first}..{last})"
 
 
-def _shutdown(workers: list[_Worker], conns: list, join_timeout: float) -> None:
-    """Stop every worker (politely, then by force) and close every pipe. Idempotent."""
+def _shutdown(workers: list[_Worker], conns: list, join_timeout: list[float]) -> None:
+    """Stop every worker (politely, then by force) and close every pipe. Idempotent.
+
+    ``join_timeout[0]`` is read at call time: it drops to almost nothing after a failure
+    (a hung worker is not worth waiting for).
+    """
     for w in workers:
         if w.proc is not None and w.proc.is_alive() and w.cmd is not None:
             try:
                 os.write(w.cmd_fd, CLOSE)
             except OSError:
                 pass
-    deadline = time.monotonic() + join_timeout
+    deadline = time.monotonic() + join_timeout[0]
     for w in workers:
         if w.proc is not None:
             w.proc.join(max(0.0, deadline - time.monotonic()))
@@ -222,8 +226,9 @@ class ShmVecEnv(DeszooVecEnv):
         n = self.agents_per_sim
         self._workers = [_Worker(w, firsts[w], counts[w], n) for w in range(num_workers)]
         self._conns = [self._results_r, self._results_w]
+        self._close_timeout = [float(close_timeout)]
         self._finalizer = weakref.finalize(
-            self, _shutdown, self._workers, self._conns, float(close_timeout)
+            self, _shutdown, self._workers, self._conns, self._close_timeout
         )
         try:
             for w in self._workers:
@@ -372,6 +377,7 @@ class ShmVecEnv(DeszooVecEnv):
 
     def _fail(self, exc: Exception) -> None:
         self._state = State.FAILED
+        self._close_timeout[0] = 0.2
         raise exc
 
     def _wait(self, need: int) -> None:
@@ -490,6 +496,7 @@ class ShmVecEnv(DeszooVecEnv):
 
     # ---- extras ---------------------------------------------------------------------
     def worker_pids(self) -> list[int]:
+        """Process ids of the workers, by worker index."""
         return [w.proc.pid for w in self._workers if w.proc is not None]
 
     def close_extras(self, **kwargs: Any) -> None:

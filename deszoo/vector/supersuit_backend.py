@@ -15,8 +15,10 @@ actions and infos pickled through one pipe per worker), with these fixes:
 * Reset infos come back decompressed (SuperSuit returns its compressed per-worker form).
 * Faults: a worker error is re-raised as :class:`~deszoo.errors.SubEnvError` naming the env
   (no ``print``), a dead or silent worker raises instead of blocking in ``recv``, workers are
-  daemonic, and ``close`` ends them at once (SuperSuit's waits out its 10 s join timeout,
-  because its workers wait for a second message after ``close``).
+  daemonic (an unclosed vector env cannot block interpreter exit), and ``close`` closes the
+  envs and ends the workers cleanly (SuperSuit's ``close`` sends ``("close", None)``, which
+  its own worker loop does not understand: the workers end by raising ``AssertionError``,
+  without closing their envs).
 """
 
 from __future__ import annotations
@@ -119,15 +121,15 @@ class AgentVecEnv:
         return [False] * self.num_envs
 
 
-def _stop_procs(pipes: list, procs: list, timeout: float) -> None:
+def _stop_procs(pipes: list, procs: list, timeout: list[float]) -> None:
     """Close SuperSuit workers: ``close``, read the ack, ``terminate``, join, kill."""
     for pipe, proc in zip(pipes, procs, strict=True):
         if proc.is_alive():
             try:
-                pipe.send(("close", None))
+                pipe.send("close")  # the worker closes its envs and acknowledges
             except (OSError, ValueError):
                 pass
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout[0]
     for pipe, proc in zip(pipes, procs, strict=True):
         try:
             if proc.is_alive() and pipe.poll(max(0.0, deadline - time.monotonic())):
@@ -187,7 +189,10 @@ class SeededProcConcatVec(ProcConcatVec):
             outpt.close()
             self.pipes.append(inpt)
             self.procs.append(proc)
-        self._finalizer = weakref.finalize(self, _stop_procs, self.pipes, self.procs, 5.0)
+        self.close_timeout = [5.0]  # drops after a fault: a hung worker is not waited for
+        self._finalizer = weakref.finalize(
+            self, _stop_procs, self.pipes, self.procs, self.close_timeout
+        )
         env_nums = self._receive_info()
         idx_starts, total = [], 0
         for pipe, count in zip(self.pipes, env_nums, strict=True):
@@ -198,11 +203,27 @@ class SeededProcConcatVec(ProcConcatVec):
         assert total == tot_num_envs
         self.idx_starts = idx_starts
 
+    def _send(self, i: int, message: Any) -> None:
+        try:
+            self.pipes[i].send(message)
+        except OSError:  # broken pipe: the worker is gone
+            self.procs[i].join(1.0)
+            raise WorkerDiedError(
+                f"supersuit worker {i} (pid {self.procs[i].pid}) died (exit code "
+                f"{self.procs[i].exitcode}); close() the vector env"
+            ) from None
+
+    def step_async(self, actions):
+        actions = list(actions)
+        for i in range(len(self.pipes)):
+            start, end = self.idx_starts[i : i + 2]
+            self._send(i, ("step", actions[start:end]))
+
     def reset(self, seed=None, options=None):
-        for i, pipe in enumerate(self.pipes):
+        for i in range(len(self.pipes)):
             # The fix: worker i's first env is env idx_starts[i] // rows_per_env.
             s = None if seed is None else seed + self.idx_starts[i] // self.rows_per_env
-            pipe.send(("reset", (s, options)))
+            self._send(i, ("reset", (s, options)))
         infos = decompress_info(self.num_envs, self.idx_starts, self._receive_info())
         return numpy_deepcopy(self.observations_buffers), _copy.deepcopy(infos)
 
@@ -318,6 +339,8 @@ class SuperSuitVecEnv(DeszooVecEnv):
             raise
         except VectorEnvError:
             self._state = State.FAILED
+            if isinstance(self._ss, SeededProcConcatVec):
+                self._ss.close_timeout[0] = 0.2
             raise
 
     def reset(self, *, seed=None, options=None):
@@ -341,6 +364,10 @@ class SuperSuitVecEnv(DeszooVecEnv):
         obs, rew, term, trunc, infos = self._guard(self._ss.step, self._bufs.act)
         self._absorb(obs, infos, rew, term, trunc)
         return self._results(self._bufs)
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of SuperSuit's workers (empty with ``num_cpus`` 0 or 1)."""
+        return [p.pid for p in getattr(self._ss, "procs", [])]
 
     def close_extras(self, **kwargs: Any) -> None:
         self._ss.close()

@@ -69,7 +69,8 @@ class ToyEnv(SimPyParallelEnv):
     with ``u`` uniform. The episode ends at ``horizon``. ``fail_at=k`` makes the ``k``-th
     step of the env's ``fail_episode``-th episode (1-based) fail as ``fail_kind``:
     ``"raise"`` (ValueError), ``"hang"`` (sleeps ``hang_s``) or ``"exit"`` (the process
-    exits at once, as if killed).
+    exits at once, as if killed); with ``fail_seed=s`` only an env reset with seed ``s``
+    fails (in a vector env built with ``seed=b``, env ``s - b``).
     """
 
     metadata = {"render_modes": ["ansi"], "name": "vectoy_v0"}
@@ -80,6 +81,7 @@ class ToyEnv(SimPyParallelEnv):
         "fail_at": None,
         "fail_episode": 1,
         "fail_kind": "raise",
+        "fail_seed": None,
         "hang_s": 30.0,
     }
 
@@ -117,7 +119,11 @@ class ToyEnv(SimPyParallelEnv):
 
     def step_arrays(self, acts: np.ndarray) -> None:
         c = self.config
-        if c["fail_at"] == self.num_steps + 1 and self._episodes == c["fail_episode"]:
+        if (
+            c["fail_at"] == self.num_steps + 1
+            and self._episodes == c["fail_episode"]
+            and (c["fail_seed"] is None or self._seed_seq.entropy == c["fail_seed"])
+        ):
             if c["fail_kind"] == "hang":
                 time.sleep(c["hang_s"])
             elif c["fail_kind"] == "exit":
