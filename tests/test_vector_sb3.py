@@ -1,0 +1,74 @@
+"""The Stable-Baselines3 adapter (runs only where the ``sb3`` extra is installed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from deszoo.errors import ConfigError
+from deszoo.vector import make_vec, to_sb3
+from deszoo.vector.testing import legal_last
+
+sb3 = pytest.importorskip("stable_baselines3")
+from stable_baselines3.common.vec_env import (  # noqa: E402
+    VecCheckNan,
+    VecEnv,
+    VecMonitor,
+    VecNormalize,
+)
+
+
+def test_to_sb3_needs_same_step_autoreset():
+    vec = make_vec("jobshop_v0", 2, backend="roundrobin", preset="small")
+    try:
+        with pytest.raises(ConfigError, match="SameStep"):
+            to_sb3(vec)
+    finally:
+        vec.close()
+
+
+@pytest.mark.parametrize("backend", ["roundrobin", "shm"])
+def test_sb3_interface(backend):
+    """Reset, step, dones with terminal observations, masks through env_method."""
+    vec = make_vec("jobshop_v0", 3, backend=backend, num_workers=2, preset="small",
+                   max_steps=15, autoreset_mode="SameStep")
+    venv = to_sb3(vec)
+    try:
+        assert isinstance(venv, VecEnv) and venv.num_envs == vec.num_envs
+        venv.seed(3)
+        obs = venv.reset()
+        assert obs.shape == (vec.num_envs, vec.single_observation_space.shape[0])
+        masks = np.stack(venv.env_method("action_masks"))
+        assert masks.shape == (vec.num_envs, vec.n_actions) and masks.dtype == bool
+        dones_seen = 0
+        for _ in range(40):
+            actions = legal_last(masks.astype(np.int8))
+            obs, rew, dones, infos = venv.step(actions)
+            assert dones.dtype == bool and len(infos) == vec.num_envs
+            for r in np.flatnonzero(dones):
+                assert infos[r]["terminal_observation"].shape == obs[r].shape
+                assert "TimeLimit.truncated" in infos[r]
+                dones_seen += 1
+            masks = np.stack(venv.env_method("action_masks"))
+        assert dones_seen > 0
+        assert venv.get_attr("render_mode") == [None] * vec.num_envs
+        assert venv.env_is_wrapped(object) == [False] * vec.num_envs
+    finally:
+        venv.close()
+    assert vec.closed
+
+
+def test_ppo_learns_through_sb3_wrappers():
+    """SB3's own wrappers and PPO run on top of the adapter (shm backend)."""
+    from stable_baselines3 import PPO
+
+    vec = make_vec("jobshop_v0", 2, backend="shm", num_workers=2, preset="small",
+                   autoreset_mode="SameStep", invalid_action="noop")
+    venv = VecCheckNan(VecNormalize(VecMonitor(to_sb3(vec))), raise_exception=True)
+    try:
+        model = PPO("MlpPolicy", venv, n_steps=32, batch_size=48, n_epochs=1, seed=0,
+                    device="cpu")
+        model.learn(96)
+        assert model.num_timesteps >= 96
+    finally:
+        venv.close()
