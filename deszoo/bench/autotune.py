@@ -8,15 +8,47 @@ win, and the recommendation says so.
 
 from __future__ import annotations
 
+import math
+
 from deszoo.bench.machine import usable_cores
 from deszoo.bench.modes import available_modes, is_in_process
 from deszoo.bench.runner import Config, Matrix
 from deszoo.bench.work import Work
+from deszoo.errors import ConfigError
 
-__all__ = ["ENVS_PER_WORKER", "autotune_configs", "autotune_matrix", "recommend"]
+__all__ = [
+    "ENVS_PER_WORKER",
+    "autotune_configs",
+    "autotune_matrix",
+    "calibrate_steps",
+    "recommend",
+]
 
 ENVS_PER_WORKER = (1, 2, 4, 8, 16)
 AUTOTUNE_ENV_STEPS = 8192
+
+
+def calibrate_steps(
+    scenario: str,
+    preset: str = "default",
+    target_s: float = 0.3,
+    lo: int = 512,
+    hi: int = 16384,
+) -> int:
+    """Env steps that take about ``target_s`` serially here: a power of two in lo..hi.
+
+    A short untimed-for-the-result serial probe measures the step cost; autotune uses it so
+    that a heavy scenario does not take minutes per configuration.
+    """
+    from deszoo.bench.modes import SerialSession
+
+    probe = Work(scenario, preset, env_steps=64)
+    with SerialSession(probe, 1) as session:
+        session.reset()
+        stats = session.run()
+    per_step = stats.wall_s / stats.env_steps
+    steps = 2 ** max(0, round(math.log2(max(target_s / per_step, 1))))
+    return int(min(max(steps, lo), hi))
 
 
 def autotune_matrix(
@@ -48,6 +80,9 @@ def autotune_configs(
     """
     if modes is None:
         modes = [m for m in available_modes() if m != "ray"]
+    unknown = [m for m in modes if m not in available_modes()]
+    if unknown:
+        raise ConfigError(f"unknown mode(s) {unknown}; available: {available_modes()}")
     workers = workers or list(range(1, usable_cores() + 1))
     work: Work = matrix.works()[0]
     sizes = sorted({w * e for w in workers for e in envs_per_worker})

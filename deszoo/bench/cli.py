@@ -99,47 +99,55 @@ def _setup_logging(console) -> None:
 
 
 def _matrix(args: argparse.Namespace):
-    from deszoo.bench.autotune import autotune_configs, autotune_matrix
+    """The matrix (and, for autotune, the rows) that the options ask for."""
+    from deszoo.bench.autotune import autotune_configs, autotune_matrix, calibrate_steps
     from deszoo.bench.runner import available_scenarios, quick_matrix, standard_matrix
+    from deszoo.registry import env_module, list_envs
 
     if args.autotune:
-        matrix = autotune_matrix(args.autotune, preset=(args.presets or ["default"])[0])
-    elif args.standard:
-        matrix = standard_matrix()
+        env_module(args.autotune)  # ConfigError for an unknown name
+        if args.scenarios or args.num_envs:
+            raise ConfigError("--autotune sweeps its own scenario and num_envs; use "
+                              "--workers, --envs-per-worker, --modes and --presets")
+        preset = (args.presets or ["default"])[0]
+        steps = args.steps or calibrate_steps(args.autotune, preset)
+        matrix = autotune_matrix(args.autotune, preset=preset, env_steps=steps)
     else:
-        matrix = quick_matrix(modes=args.modes)
-    if args.scenarios:
-        matrix.scenarios = available_scenarios() if args.scenarios == ["all"] else args.scenarios
-    if args.presets and not args.autotune:
-        matrix.presets = args.presets
-    if args.modes:
-        matrix.modes = args.modes
-    if args.num_envs:
-        matrix.num_envs = args.num_envs
-    if args.workers:
-        matrix.num_workers = args.workers
-    for attr, value in (("env_steps", args.steps), ("repeats", args.repeats),
-                        ("warmup_fraction", args.warmup), ("seed", args.seed)):
+        matrix = standard_matrix() if args.standard else quick_matrix(modes=args.modes)
+        if any(v is not None for v in (args.scenarios, args.presets, args.steps, args.seed)):
+            matrix.work_list = None  # the quick suite's own works give way to the options
+        if args.scenarios:
+            matrix.scenarios = (available_scenarios() if args.scenarios == ["all"]
+                                else args.scenarios)
+        if args.presets:
+            matrix.presets = args.presets
+        if args.num_envs:
+            matrix.num_envs = args.num_envs
+        if args.workers:
+            matrix.num_workers = args.workers
+        if args.steps is not None:
+            matrix.env_steps = args.steps
+        if args.modes:
+            matrix.modes = args.modes
+    for attr, value in (("repeats", args.repeats), ("warmup_fraction", args.warmup),
+                        ("seed", args.seed)):
         if value is not None:
             setattr(matrix, attr, value)
     matrix.__post_init__()
     if not matrix.scenarios:
         raise ConfigError("no scenario to run: none of the registered scenarios imports")
-    from deszoo.registry import list_envs
-
     unknown = [s for s in matrix.scenarios if s.partition("/")[0] not in list_envs()]
     if unknown:
         raise ConfigError(f"unknown scenario(s) {unknown}; registered: {list_envs()}")
     if args.standard and (args.steps is not None or args.seed is not None):
         logging.getLogger("deszoo.bench").warning(
             "--steps/--seed change the work: the leaderboard will reject this result")
-    configs = None
     if args.autotune:
         configs = autotune_configs(matrix, modes=args.modes, workers=args.workers,
                                    envs_per_worker=args.envs_per_worker or (1, 2, 4, 8, 16))
-    else:
-        matrix.resolved_modes()  # fail early on an unknown mode
-    return matrix, configs
+        return matrix, configs
+    matrix.resolved_modes()  # fail early on an unknown mode
+    return matrix, None
 
 
 def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ __all__ = [
     "reset_peak_rss",
     "self_peak_rss_mb",
     "usable_cores",
+    "worker_pids",
 ]
 
 PACKAGES = ("deszoo", "simpy", "pettingzoo", "gymnasium", "numpy", "supersuit", "ray")
@@ -134,6 +135,23 @@ def child_pids(pid: int | None = None) -> list[int]:
             found.extend(kids)
             stack.extend(kids)
     return found
+
+
+_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def worker_pids(pid: int | None = None) -> list[int]:
+    """Live descendants of ``pid`` that are workers: multiprocessing's resource tracker and
+    fork server (started once per parent, not per vector env) are left out."""
+    return [p for p in child_pids(pid) if not any(h in _cmdline(p) for h in _HELPERS)]
 
 
 def children_peak_rss_mb(pids: list[int]) -> tuple[float | None, float | None, str]:

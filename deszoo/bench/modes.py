@@ -251,9 +251,9 @@ class VectorSession(_Session):
         )
 
     def worker_pids(self) -> list[int]:
-        from deszoo.bench.machine import child_pids
+        from deszoo.bench.machine import worker_pids
 
-        return child_pids()
+        return worker_pids()
 
     def close(self) -> None:
         if self.vec is not None:

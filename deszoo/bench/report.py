@@ -34,6 +34,9 @@ def _n(x: float | None, fmt: str = ",.0f") -> str:
 def row_cells(row: dict) -> list[str]:
     """A row's figures as the strings of :data:`COLUMNS`."""
     workers = "-" if is_in_process(row["mode"]) else str(row["num_workers"])
+    seen = row.get("worker_processes")
+    if seen is not None and not is_in_process(row["mode"]) and seen != row["num_workers"]:
+        workers += f" ({seen} proc)"
     scenario = f"{row['scenario']}/{row['preset']}"
     if row["status"] != "ok":
         return [scenario, row["mode"], str(row["num_envs"]), workers, "failed",

@@ -35,7 +35,7 @@ from deszoo.registry import env_module, list_envs
 __all__ = [
     "Config",
     "Matrix",
-    "QUICK",
+    "QUICK_WORKS",
     "available_scenarios",
     "quick_matrix",
     "run_matrix",
@@ -140,39 +140,41 @@ def available_scenarios() -> list[str]:
     return names
 
 
-QUICK_SCENARIOS = ("jobshop_v0",)
-QUICK_ENV_STEPS = 8192
+QUICK_WORKS = (("jobshop_v0", "default", 8192), ("traffic_v0", "large", 512))
+"""The quick matrix's works: a light scenario (about 60 us and 5 SimPy events per step) and
+a heavy one (about 1.5 ms and 500 events per step), each about 0.5 to 1 s of serial work."""
 
 
 def quick_matrix(modes: list[str] | None = None) -> Matrix:
     """``deszoo bench``'s default: about a minute on 2 cores, every kind of mode.
 
-    One light scenario at its default preset, 8 envs, 1 and all usable cores as workers,
-    every available mode except ``ray`` (whose start-up alone takes seconds).
+    The :data:`QUICK_WORKS` that are registered (or else the first scenario), 8 envs, 1 and
+    all usable cores as workers, every available mode except ``ray`` (whose start-up alone
+    takes seconds).
     """
     if modes is None:
         modes = [m for m in available_modes() if m != "ray"]
     cores = usable_cores()
-    scenarios = [s for s in QUICK_SCENARIOS if s in available_scenarios()]
+    have = available_scenarios()
+    works = [Work(s, p, n) for s, p, n in QUICK_WORKS if s in have]
+    if not works and have:
+        works = [Work(have[0], "default", QUICK_WORKS[0][2])]
     return Matrix(
-        scenarios=scenarios or available_scenarios()[:1],
+        scenarios=[w.label for w in works],
         modes=modes,
         num_envs=[8],
         num_workers=sorted({1, cores}),
-        env_steps=QUICK_ENV_STEPS,
+        env_steps=QUICK_WORKS[0][2],
         repeats=3,
         suite="quick",
+        work_list=works,
     )
-
-
-QUICK = quick_matrix
-"""Alias: the quick matrix factory."""
 
 
 def standard_matrix(scenarios: list[str] | None = None) -> Matrix:
     """The leaderboard's matrix: the standard work of every scenario at its default preset.
 
-    Every available mode, 8 and 32 envs, 1 .. usable cores workers.
+    Every available mode, 8 and 32 envs, 1 .. usable cores workers (1, 2, 4, 6, ...).
     """
     cores = usable_cores()
     return Matrix(
@@ -261,6 +263,7 @@ def _run_row(config: Config, matrix: Matrix, tick: Progress, open_session: Calla
         "wall_s": [],
         "cpu_s": [],
         "harness_s": [],
+        "worker_processes": None,
     }
     stats: list[RunStats] = []
     done = 0
@@ -285,7 +288,9 @@ def _run_row(config: Config, matrix: Matrix, tick: Progress, open_session: Calla
             session.reset()
             done += 1
             tick(1, f"{config.label}: repeat {min(r + 2, matrix.repeats)}/{matrix.repeats}")
-        worker_max, worker_sum, method = children_peak_rss_mb(session.worker_pids())
+        pids = session.worker_pids()
+        row["worker_processes"] = len(pids)
+        worker_max, worker_sum, method = children_peak_rss_mb(pids)
     except Exception as exc:
         log.warning("%s failed: %s: %s", config.label, type(exc).__name__, exc)
         row.update(status="error", error=f"{type(exc).__name__}: {exc}")

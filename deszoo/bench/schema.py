@@ -20,6 +20,7 @@ __all__ = [
     "SchemaError",
     "WORK_FIELDS",
     "check",
+    "markdown",
     "results_work_hash",
     "validate",
 ]
@@ -61,7 +62,7 @@ FIELDS = [
     _f("suite", str, "`quick`, `standard` (the leaderboard's), `autotune` or `custom`."),
     _f("machine", dict, "Where it ran; see the machine table."),
     _f("settings", dict, "How it was measured: `repeats`, `warmup_fraction`, `modes`, "
-       "`num_envs`, `num_workers` (as asked; rows say what ran)."),
+       "`num_envs`, `num_workers` that ran."),
     _f("works", dict, "Every work definition used, keyed by its work hash; see the work table."),
     _f("work_hash", str, "Hash of the sorted work hashes of all rows: equal files did equal work."),
     _f("rows", list, "One entry per configuration; see the row table."),
@@ -126,6 +127,9 @@ ROW_FIELDS = [
     _f("parent_cpu_us_per_step", OPT_NUM, "Median parent CPU microseconds per env step.", True),
     _f("harness_us_per_step", OPT_NUM, "Median policy and logging microseconds per env step.",
        True),
+    _f("worker_processes", (int, type(None)), "Worker processes seen alive at the end of the "
+       "row (multiprocessing's resource tracker left out): a backend that runs in the parent "
+       "for some `num_workers` shows 0."),
     _f("parent_peak_rss_mb", OPT_NUM, "Peak RSS of the parent during the row (MiB)."),
     _f("worker_peak_rss_mb", OPT_NUM, "Largest peak RSS of one worker (MiB), null if none."),
     _f("workers_peak_rss_mb_total", OPT_NUM, "Sum of the workers' peak RSS (MiB)."),
@@ -137,6 +141,34 @@ ROW_FIELDS = [
     _f("matches_serial", (bool, type(None)), "`reward_sum` equals serial's (relative 1e-6); "
        "null without a serial reference."),
 ]
+
+
+_TYPE_NAMES = {str: "string", int: "integer", float: "number", dict: "object", list: "array",
+               bool: "boolean", type(None): "null"}
+
+
+def _type_name(types: tuple) -> str:
+    names = [_TYPE_NAMES[t] for t in types]
+    if "integer" in names and "number" in names:
+        names.remove("integer")
+    return " or ".join(names)
+
+
+def markdown() -> str:
+    """The schema's field tables as Markdown (the part of docs/benchmarks.md between the
+    ``schema tables`` markers; regenerate it with this function)."""
+    out = []
+    sections = [
+        ("Top level", FIELDS),
+        ("`machine`", MACHINE_FIELDS),
+        ("`works[hash]`: a work definition", WORK_FIELDS),
+        ("`rows[i]`: one configuration", ROW_FIELDS),
+    ]
+    for title, fields in sections:
+        out += [f"### {title}", "", "| field | type | meaning |", "|---|---|---|"]
+        out += [f"| `{f.name}` | {_type_name(f.types)} | {f.doc} |" for f in fields]
+        out.append("")
+    return "\n".join(out)
 
 
 def _check_fields(obj: Any, fields: list[Field], where: str, errors: list[str]) -> None:

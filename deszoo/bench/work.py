@@ -36,7 +36,7 @@ __all__ = [
 POLICY = "uniform-masked/argmax-priorities/v1"
 """Name and version of the benchmark policy; part of every work hash."""
 
-STANDARD_ENV_STEPS = 16384
+STANDARD_ENV_STEPS = 8192
 """Env steps per row in the standard (leaderboard) work."""
 
 STANDARD_SEED = 0
