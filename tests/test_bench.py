@@ -251,6 +251,19 @@ def test_autotune_sweeps_workers_and_envs_per_worker():
     assert {c.num_envs for c in configs if c.mode == "serial"} == {1, 2, 4, 8}
 
 
+def test_recommend_prefers_a_vector_env_and_says_when_serial_is_faster():
+    rows = [
+        {"status": "ok", "mode": "serial", "num_envs": 1, "num_workers": 0,
+         "env_steps_per_s": 200.0, "scenario": "s", "preset": "p"},
+        {"status": "ok", "mode": "roundrobin", "num_envs": 2, "num_workers": 0,
+         "env_steps_per_s": 150.0, "scenario": "s", "preset": "p"},
+    ]
+    rec = recommend({"rows": rows})
+    assert rec["fastest"] is rows[0] and rec["vector"] is rows[1]
+    assert rec["snippet"] == ("deszoo.vector.make_vec('s', num_envs=2, backend='roundrobin', "
+                              "preset='p')")
+
+
 def test_recommend_picks_the_fastest():
     rows = [
         {"status": "ok", "mode": "shm", "num_envs": 16, "num_workers": 2,
@@ -261,7 +274,7 @@ def test_recommend_picks_the_fastest():
          "env_steps_per_s": 50.0, "scenario": "s", "preset": "p"},
     ]
     rec = recommend({"rows": rows})
-    assert rec["fastest"] is rows[0] and rec["compact"] is rows[1]
+    assert rec["fastest"] is rec["vector"] is rows[0] and rec["compact"] is rows[1]
     assert "num_envs=16" in rec["snippet"] and "num_workers=2" in rec["snippet"]
 
 
@@ -278,6 +291,17 @@ def test_cli_bench_tiny(tmp_path):
         ("serial", 1), ("roundrobin", 1), ("serial", 2), ("roundrobin", 2)]
     assert result["machine"]["label"] == "ci" and result["command"].startswith("deszoo bench")
     assert plot.stat().st_size > 1000
+
+
+def test_cli_autotune_tiny(capsys):
+    """`deszoo bench --autotune` sweeps, prints the table and a make_vec recommendation."""
+    modes = "serial,roundrobin" + (",shm" if "shm" in MODES else "")
+    rc = main(["bench", "--autotune", SCENARIO, "--presets", "small", "--steps", "32",
+               "--repeats", "1", "--workers", "1", "--envs-per-worker", "1,2",
+               "--modes", modes, "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "recommended: deszoo.vector.make_vec('jobshop_v0', num_envs=" in out
 
 
 def test_cli_bench_rejects_unknown_mode(capsys):

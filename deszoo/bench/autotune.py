@@ -98,25 +98,31 @@ def autotune_configs(
 
 
 def recommend(result: dict, tolerance: float = 0.05) -> dict | None:
-    """The fastest row, and the smallest ``num_envs`` within ``tolerance`` of it.
+    """What to use: the fastest vector env configuration, and a smaller one nearly as fast.
 
-    Returns ``{"fastest": row, "compact": row, "snippet": str}`` or ``None`` if no row ran.
+    Returns ``None`` if no row ran, else a dict with ``vector`` (the fastest row of a
+    ``make_vec`` backend, or ``None`` if only ``serial`` ran), ``compact`` (the smallest
+    ``num_envs`` of a backend within ``tolerance`` of it), ``fastest`` (the fastest row of
+    any mode: ``serial`` can beat every vector env when steps are cheap and cores few) and
+    ``snippet`` (the ``make_vec`` call for ``vector``).
     """
     rows = [r for r in result["rows"] if r["status"] == "ok"]
     if not rows:
         return None
-    best = max(rows, key=lambda r: r["env_steps_per_s"])
-    near = [r for r in rows if r["env_steps_per_s"] >= (1 - tolerance) * best["env_steps_per_s"]]
+    fastest = max(rows, key=lambda r: r["env_steps_per_s"])
+    vec_rows = [r for r in rows if r["mode"] != "serial"]
+    if not vec_rows:
+        return {"fastest": fastest, "vector": None, "compact": None, "snippet": None}
+    best = max(vec_rows, key=lambda r: r["env_steps_per_s"])
+    near = [r for r in vec_rows
+            if r["env_steps_per_s"] >= (1 - tolerance) * best["env_steps_per_s"]]
     compact = min(near, key=lambda r: (r["num_envs"], r["num_workers"],
                                        -r["env_steps_per_s"]))
-    return {"fastest": best, "compact": compact, "snippet": snippet(best)}
+    return {"fastest": fastest, "vector": best, "compact": compact, "snippet": snippet(best)}
 
 
 def snippet(row: dict) -> str:
-    """The ``make_vec`` call (or serial loop) a row stands for."""
-    if row["mode"] == "serial":
-        return (f"# serial: step {row['num_envs']} deszoo.make({row['scenario']!r}, "
-                f"preset={row['preset']!r}) envs one after another in one process")
+    """The ``make_vec`` call a row of a vector backend stands for."""
     workers = "" if is_in_process(row["mode"]) else f", num_workers={row['num_workers']}"
     return (f"deszoo.vector.make_vec({row['scenario']!r}, num_envs={row['num_envs']}, "
             f"backend={row['mode']!r}{workers}, preset={row['preset']!r})")

@@ -198,19 +198,7 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                             configs=configs)
     console.print(rich_table(result))
     if args.autotune:
-        rec = recommend(result)
-        if rec is not None:
-            f, c = rec["fastest"], rec["compact"]
-            console.print(
-                f"fastest: {f['mode']} with {f['num_envs']} envs"
-                + ("" if f["num_workers"] == 0 else f" on {f['num_workers']} workers")
-                + f": {f['env_steps_per_s']:,.0f} env-steps/s", highlight=False)
-            if c is not f:
-                console.print(
-                    f"within 5% with fewer envs: {c['mode']} with {c['num_envs']} envs"
-                    + ("" if c["num_workers"] == 0 else f" on {c['num_workers']} workers")
-                    + f": {c['env_steps_per_s']:,.0f} env-steps/s", highlight=False)
-            console.print(f"recommended: {rec['snippet']}", highlight=False)
+        _print_recommendation(console, recommend(result))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
@@ -226,6 +214,32 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             console.print(f"  {line}", highlight=False, markup=False)
         return 1
     return 0
+
+
+def _describe(row: dict) -> str:
+    workers = "" if row["num_workers"] == 0 else f" on {row['num_workers']} workers"
+    return (f"{row['mode']} with {row['num_envs']} envs{workers}: "
+            f"{row['env_steps_per_s']:,.0f} env-steps/s")
+
+
+def _print_recommendation(console, rec: dict | None) -> None:
+    if rec is None:
+        console.print("no configuration ran; nothing to recommend", highlight=False)
+        return
+    if rec["vector"] is None:
+        console.print(f"fastest: {_describe(rec['fastest'])} (no vector backend ran)",
+                      highlight=False)
+        return
+    console.print(f"fastest vector env: {_describe(rec['vector'])}", highlight=False)
+    if rec["compact"] is not rec["vector"]:
+        console.print(f"within 5% with fewer envs: {_describe(rec['compact'])}",
+                      highlight=False)
+    if rec["fastest"] is not rec["vector"]:
+        console.print(
+            f"note: a plain serial loop is faster here ({_describe(rec['fastest'])}): on "
+            "this machine batching costs more per step than parallel workers give back",
+            highlight=False)
+    console.print(f"recommended: {rec['snippet']}", highlight=False)
 
 
 def run_leaderboard(args: argparse.Namespace) -> int:
