@@ -186,6 +186,7 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         TimeRemainingColumn(),
         console=console,
         transient=True,
+        refresh_per_second=2,  # its thread shares the parent's CPU with the timed loop
         disable=args.no_progress,
     )
     with progress:

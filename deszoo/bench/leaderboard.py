@@ -13,8 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from deszoo.bench.modes import is_in_process
-from deszoo.bench.report import _n
+from deszoo.bench.report import _n, workers_cell
 from deszoo.bench.schema import validate
 from deszoo.bench.work import standard_work
 
@@ -160,7 +159,7 @@ def render(entries: list[Entry], root: Path | None = None) -> str:
                 f"{row['spread'] * 100:.0f}%",
                 row["mode"],
                 str(row["num_envs"]),
-                "-" if is_in_process(row["mode"]) else str(row["num_workers"]),
+                workers_cell(row),
                 "-" if speedup is None else f"{speedup:.2f}x",
                 _n(row["parallel_efficiency"], ".0%"),
                 _n(row["parent_cpu_us_per_step"], ".1f"),

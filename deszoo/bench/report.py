@@ -31,12 +31,20 @@ def _n(x: float | None, fmt: str = ",.0f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def workers_cell(row: dict) -> str:
+    """``-`` for in-process modes; the worker count, and the processes seen if they differ."""
+    if is_in_process(row["mode"]):
+        return "-"
+    text = str(row["num_workers"])
+    seen = row.get("worker_processes")
+    if seen is not None and seen != row["num_workers"]:
+        text += f" ({seen} proc)"
+    return text
+
+
 def row_cells(row: dict) -> list[str]:
     """A row's figures as the strings of :data:`COLUMNS`."""
-    workers = "-" if is_in_process(row["mode"]) else str(row["num_workers"])
-    seen = row.get("worker_processes")
-    if seen is not None and not is_in_process(row["mode"]) and seen != row["num_workers"]:
-        workers += f" ({seen} proc)"
+    workers = workers_cell(row)
     scenario = f"{row['scenario']}/{row['preset']}"
     if row["status"] != "ok":
         return [scenario, row["mode"], str(row["num_envs"]), workers, "failed",

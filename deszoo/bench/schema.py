@@ -7,6 +7,7 @@ or changes the meaning of a field bumps :data:`SCHEMA`; adding an optional field
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,10 +50,12 @@ class Field:
     types: tuple
     doc: str
     required_ok: bool = False  # must not be null in a row whose status is "ok"
+    optional: bool = False  # may be absent: fields added after a version came out
 
 
-def _f(name: str, types, doc: str, required_ok: bool = False) -> Field:
-    return Field(name, types if isinstance(types, tuple) else (types,), doc, required_ok)
+def _f(name: str, types, doc: str, required_ok: bool = False, optional: bool = False) -> Field:
+    types = types if isinstance(types, tuple) else (types,)
+    return Field(name, types, doc, required_ok, optional)
 
 
 FIELDS = [
@@ -166,7 +169,8 @@ def markdown() -> str:
     ]
     for title, fields in sections:
         out += [f"### {title}", "", "| field | type | meaning |", "|---|---|---|"]
-        out += [f"| `{f.name}` | {_type_name(f.types)} | {f.doc} |" for f in fields]
+        out += [f"| `{f.name}` | {_type_name(f.types)}{' (optional)' if f.optional else ''} "
+                f"| {f.doc} |" for f in fields]
         out.append("")
     return "\n".join(out)
 
@@ -177,7 +181,8 @@ def _check_fields(obj: Any, fields: list[Field], where: str, errors: list[str]) 
         return
     for f in fields:
         if f.name not in obj:
-            errors.append(f"{where}: missing field {f.name!r} ({f.doc})")
+            if not f.optional:
+                errors.append(f"{where}: missing field {f.name!r} ({f.doc})")
             continue
         value = obj[f.name]
         ok = isinstance(value, f.types) and not (
@@ -233,6 +238,7 @@ def validate(result: Any) -> list[str]:
             if len(row["wall_s"]) != row["repeats"]:
                 errors.append(f"{where}: {len(row['wall_s'])} wall times for "
                               f"{row['repeats']} repeats")
+    errors = _merge_rows(errors)
     if not errors:
         expected = results_work_hash(result["rows"])
         if result["work_hash"] != expected:
@@ -240,6 +246,18 @@ def validate(result: Any) -> list[str]:
                 f"work_hash is {result['work_hash']!r} but the rows' works hash to {expected!r}"
             )
     return errors
+
+
+def _merge_rows(errors: list[str]) -> list[str]:
+    """``rows[0]: x``, ``rows[1]: x`` -> ``rows[0, 1]: x`` (one line per distinct problem)."""
+    merged: dict[str, list[str]] = {}
+    for e in errors:
+        m = re.match(r"rows\[(\d+)\](.*)$", e, re.S)
+        key, index = (m.group(2), m.group(1)) if m else (e, None)
+        merged.setdefault(key, [])
+        if index is not None:
+            merged[key].append(index)
+    return [f"rows[{', '.join(ix)}]{key}" if ix else key for key, ix in merged.items()]
 
 
 def check(result: Any, where: str = "result") -> dict:
