@@ -182,8 +182,14 @@ class DeszooVecEnv(VectorEnv):
     def _results(self, bufs: Buffers, rows: Any = None) -> tuple:
         """``(obs, rew, term, trunc, infos)`` for ``rows`` (all rows when ``None``)."""
         if rows is None:
-            take = (lambda a: a.copy()) if self.copy else (lambda a: a)
-            sim_time = np.repeat(bufs.sim_time, self.agents_per_sim)
+            if self.copy:
+                def take(a):
+                    return a.copy()
+            else:
+                def take(a):
+                    return a
+
+            sim_time = bufs.sim_time.repeat(self.agents_per_sim)
             restarted = take(self._restarted)
         else:
             # Fancy indexing copies anyway.

@@ -221,10 +221,12 @@ class ShmVecEnv(DeszooVecEnv):
         self._last: list[int] | None = None
         self._last_rows: np.ndarray | None = None
         self._act_scratch: dict[int, np.ndarray] = {}
+        self._any_restarted = False
         counts = [sims // num_workers + (w < sims % num_workers) for w in range(num_workers)]
         firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
         n = self.agents_per_sim
         self._workers = [_Worker(w, firsts[w], counts[w], n) for w in range(num_workers)]
+        self._all_workers = list(range(num_workers))
         self._conns = [self._results_r, self._results_w]
         self._close_timeout = [float(close_timeout)]
         self._finalizer = weakref.finalize(
@@ -304,6 +306,7 @@ class ShmVecEnv(DeszooVecEnv):
         self._start(w, seeds)
         self._await_boot([w])
         self._mark_restarted(self._bufs, list(w.sims))
+        self._any_restarted = True
 
     # ---- waiting ----------------------------------------------------------------------
     def _poll(self, deadline: float, booting: set[int] = frozenset()) -> None:
@@ -402,17 +405,23 @@ class ShmVecEnv(DeszooVecEnv):
         self._last = self._last_rows = None
 
     def _send(self, workers: list[int], command: bytes) -> None:
+        if self._any_restarted:  # restart flags last one step
+            for i in workers:
+                w = self._workers[i]
+                self._restarted[w.rows[0] : w.rows[-1] + 1] = False
+            self._any_restarted = bool(self._restarted.any())
+        write, inflight, report = os.write, self._inflight, self._restart_report
         for i in workers:
             w = self._workers[i]
-            self._restarted[w.rows[0] : w.rows[-1] + 1] = False
-            if i in self._restart_report:  # died while idle: report its truncation now
-                self._restart_report.discard(i)
+            if report and i in report:  # died while idle: report its truncation now
+                report.discard(i)
                 self._mark_restarted(self._bufs, list(w.sims))
+                self._any_restarted = True
                 self._ready.append(i)
                 continue
-            self._inflight.add(i)
+            inflight.add(i)
             try:
-                os.write(w.cmd_fd, command)
+                write(w.cmd_fd, command)
             except OSError:  # it died meanwhile: the sentinel will tell
                 pass
 
@@ -443,13 +452,14 @@ class ShmVecEnv(DeszooVecEnv):
 
     def step(self, actions):
         """Step every env with ``actions`` (shape ``(num_envs,)``, integers)."""
-        self._check_state()
+        if self._state is not State.READY:
+            self._check_state()
         if self.batch_size != self.num_sims:
             raise ConfigError(
                 "step() needs sync mode (batch_size == num_envs); in async mode use send/recv"
             )
         self._check_actions(actions, self._bufs.act)
-        self._send(list(range(self.num_workers)), self._step_cmd)
+        self._send(self._all_workers, self._step_cmd)
         self._wait(self.num_workers)
         self._ready.clear()
         return self._results(self._bufs)
