@@ -297,7 +297,9 @@ def test_async_shm_matches_sync():
             obs, rew, *_, infos = ref.step(legal_last(infos["action_mask"]))
             ref_steps.append((obs.copy(), rew.copy()))
         vec.async_reset()
-        for _ in range(2 * 16):
+        for _ in range(400):  # whichever worker is ready first: some envs run ahead
+            if min(len(v) for v in per_env.values()) >= 16:
+                break
             obs, rew, term, trunc, infos = vec.recv()
             rows = infos["env_id"]
             assert obs.shape == (6, 3) and rows.shape == (6,)
