@@ -12,6 +12,7 @@ __all__ = ["ENVS", "list_envs", "make", "env_module"]
 
 # One line per scenario. The module must define ``parallel_env`` and ``heuristic``.
 ENVS: dict[str, str] = {
+    "elevator_v0": "deszoo.envs.elevator_v0",
     "jobshop_v0": "deszoo.envs.jobshop_v0",
     "loadbalance_v0": "deszoo.envs.loadbalance_v0",
     "supplychain_v0": "deszoo.envs.supplychain_v0",

@@ -1,0 +1,302 @@
+"""Elevator bank: each car chooses its next stop when it stops or is idle.
+
+A building of ``n_floors`` floors (floor 0 is the lobby) served by ``n_cars`` cars of
+``capacity`` passengers (see :mod:`deszoo.envs.elevator.model`). Passengers arrive as a Poisson
+process (``arrival_rate`` per second) with a mix of up-peak, down-peak and inter-floor trips
+(``traffic``), and wait in the up or down queue of their floor. A car is at a decision point
+when it has stopped at a floor (its riders for that floor have left) and when it is parked and
+a new passenger arrives anywhere (event-driven, no clock). It picks a target floor; the waiting
+passengers of that direction board and the car travels to the target, or to the nearest
+destination of a rider if that comes first. Riders are never carried away from their
+destinations: while a car has riders it may only target floors up to the nearest destination in
+its direction. Arrivals stop at ``horizon``; the episode ends when everyone is delivered.
+
+``soft_k(x) = x / (x + k)`` maps counts (``k = 4``) and waiting times in seconds (``k = 60``)
+into ``[0, 1)``.
+
+=================  ======================================================================
+Import             ``from deszoo.envs import elevator_v0`` / ``deszoo.make("elevator_v0")``
+Agents             ``car_0`` .. ``car_{n_cars-1}``
+Action space       ``Discrete(n_floors + 1)``: ``0`` no-op (at a decision point: park here
+                   until the next passenger arrives), ``k`` targets floor ``k-1``
+Action mask        with riders: floors beyond the current one in the riders' direction, up
+                   to the nearest rider destination; empty: every other floor, plus ``0``
+                   unless people wait on this floor (or arrivals are over and anyone waits
+                   anywhere); not deciding: only ``0``
+Observation space  ``Box(0, 1, (8 + 7 * n_floors,), float32)``
+Observation        ``[floor / (n_floors - 1), moving, going up, going down, load / capacity,
+                   parked, deciding, min(t / horizon, 1)]``, then per floor ``[soft_4(waiting
+                   up), soft_4(waiting down), soft_60(longest wait up), soft_60(longest wait
+                   down), soft_4(own riders for the floor), other cars whose next stop is the
+                   floor / (n_cars - 1), free cars nearer than this car / (n_cars - 1)]``;
+                   a free car is empty and not moving (ties go to the lower index)
+Reward             minus (passengers waiting in the building / n_cars + ``ride_weight`` x
+                   the car's riders), integrated over the step's simulated interval, in
+                   passenger-minutes
+Termination        arrivals are over and every passenger has been delivered
+Truncation         ``max_steps`` env steps (default 20000) or ``max_time`` (seconds)
+Heuristic          ``heuristic(obs, mask)``: collective control. With riders: the nearest
+                   rider destination or same-direction hall call on the way. Empty: serve
+                   this floor's queue (the longer-waiting direction), else the nearest floor
+                   with waiting passengers that no other car is heading to and for which
+                   this car is the nearest free car, else park
+=================  ======================================================================
+
+Arguments:
+    n_floors (int): floors, lobby included (>= 2).
+    n_cars (int): cars, one agent each.
+    capacity (int): passengers per car.
+    arrival_rate (float): passengers per second in the whole building.
+    traffic (tuple): shares of up-peak (lobby to upper floor), down-peak (upper floor to
+        lobby) and inter-floor trips.
+    floor_time (float): seconds to travel one floor.
+    stop_time (float): extra seconds per trip for acceleration and braking.
+    door_time (float): seconds to open and close the doors at a stop.
+    board_time (float): seconds per passenger boarding or leaving.
+    horizon (float): seconds during which passengers arrive.
+    ride_weight (float): weight of riding time against waiting time in the reward.
+
+Presets: `small` (6 floors, 2 cars, 0.08 passengers per second for 20 minutes), `default`
+(12 floors, 4 cars, 0.2 per second for 30 minutes), `large` (40 floors, 12 cars, 0.6 per
+second for 30 minutes; ``max_steps`` 50000).
+
+Version History:
+    v0: initial release.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from deszoo.core import NOOP, SimPyParallelEnv
+from deszoo.envs.elevator.model import DOWN, UP, ElevatorModel
+from deszoo.errors import ConfigError
+
+__all__ = ["ElevatorEnv", "heuristic"]
+
+GLOBAL = 8  # car features
+FLOOR = 7  # features per floor
+K_COUNT, K_WAIT = 4.0, 60.0  # soft scaling of passenger counts and waiting seconds
+MINUTE = 60.0
+
+
+class ElevatorEnv(SimPyParallelEnv):
+    """Elevator bank with event-driven car decisions; see the module docstring."""
+
+    metadata = {"render_modes": ["ansi"], "name": "elevator_v0"}
+    defaults = {
+        "n_floors": 12,
+        "n_cars": 4,
+        "capacity": 12,
+        "arrival_rate": 0.2,
+        "traffic": (0.4, 0.4, 0.2),
+        "floor_time": 1.5,
+        "stop_time": 2.0,
+        "door_time": 4.0,
+        "board_time": 1.0,
+        "horizon": 1800.0,
+        "ride_weight": 0.5,
+        "max_steps": 20000,
+    }
+    presets = {
+        "small": {"n_floors": 6, "n_cars": 2, "capacity": 8, "arrival_rate": 0.08,
+                  "horizon": 1200.0},
+        "default": {},
+        "large": {"n_floors": 40, "n_cars": 12, "capacity": 20, "arrival_rate": 0.6,
+                  "max_steps": 50000},
+    }  # fmt: skip
+
+    def _setup(self):
+        c = self.config
+        name = self.metadata["name"]
+        if not _is_int(c["n_floors"]) or c["n_floors"] < 2:
+            raise ConfigError(f"{name}: n_floors={c['n_floors']!r} must be an int >= 2")
+        for key in ("n_cars", "capacity"):
+            if not _is_int(c[key]) or c[key] < 1:
+                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive int")
+        for key in ("arrival_rate", "floor_time", "horizon"):
+            if not _is_num(c[key]) or not c[key] > 0:
+                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive number")
+        for key in ("stop_time", "door_time", "board_time", "ride_weight"):
+            if not _is_num(c[key]) or not c[key] >= 0:
+                raise ConfigError(f"{name}: {key}={c[key]!r} must be a number >= 0")
+        traffic = c["traffic"]
+        if (
+            not isinstance(traffic, (tuple, list))
+            or len(traffic) != 3
+            or not all(_is_num(v) and v >= 0 for v in traffic)
+            or not sum(traffic) > 0
+        ):
+            raise ConfigError(
+                f"{name}: traffic={traffic!r} must be three shares >= 0 (up-peak, down-peak, "
+                "inter-floor) with a positive sum"
+            )
+        n_f = c["n_floors"]
+        size = GLOBAL + FLOOR * n_f
+        names = [f"car_{i}" for i in range(c["n_cars"])]
+        return names, np.zeros(size), np.ones(size), n_f + 1
+
+    def _build(self):
+        c = self.config
+        self.model = ElevatorModel(
+            self.sim, self.rng, c["n_floors"], c["n_cars"], c["capacity"],
+            float(c["arrival_rate"]), tuple(float(v) for v in c["traffic"]),
+            float(c["floor_time"]), float(c["stop_time"]), float(c["door_time"]),
+            float(c["board_time"]), float(c["horizon"]), self._choose,
+            on_all_done=self.end_episode,
+        )  # fmt: skip
+        n, n_f = c["n_cars"], c["n_floors"]
+        self._mask = np.zeros(self.n_actions, dtype=np.int8)
+        self._floors = np.arange(n_f)
+        self._index_c = np.arange(n)
+        self._others = 1.0 / max(1, n - 1)
+        self._obs = np.zeros((n, GLOBAL + FLOOR * n_f), dtype=np.float32)
+        self._calls = np.zeros((n, n_f))
+        self._fresh = False
+        self.model.start()
+
+    # ---- model callbacks ------------------------------------------------------------
+    def _choose(self, c: int):
+        model = self.model
+        car = model.cars[c]
+        mask = self._mask
+        mask[:] = 0
+        f = car.floor
+        if car.load:  # committed: no further than the nearest rider destination
+            d = car.direction
+            call = car.nearest_call(d)
+            if d > 0:
+                mask[f + 2 : call + 2] = 1
+            else:
+                mask[call + 1 : f + 1] = 1
+        else:
+            mask[1:] = 1
+            mask[f + 1] = 0
+            mask[NOOP] = model.may_park(car)
+        return self.decide(c, mask)
+
+    def _flush(self, until: float) -> None:
+        wait, ride = self.model.take_areas(until)
+        n = len(ride)
+        self.rew_buf -= (
+            (wait / n + self.config["ride_weight"] * np.asarray(ride)) / MINUTE
+        ).astype(np.float32)
+        self._fresh = False
+
+    # ---- observations ---------------------------------------------------------------
+    def _refresh(self) -> None:
+        """Every car's observation at once (vectorised over cars and floors)."""
+        model, c = self.model, self.config
+        cars = model.cars
+        n, n_f = len(cars), c["n_floors"]
+        now = self.sim.now
+        obs = self._obs
+        pos = np.array([car.floor for car in cars])
+        target = np.array([car.target if car.moving else car.floor for car in cars])
+        direction = np.array([car.direction for car in cars])
+        load = np.array([car.load for car in cars], dtype=np.float64)
+        moving = np.array([car.moving for car in cars])
+        obs[:, 0] = pos / (n_f - 1)
+        obs[:, 1] = moving
+        obs[:, 2] = direction > 0
+        obs[:, 3] = direction < 0
+        obs[:, 4] = load / c["capacity"]
+        obs[:, 5] = [car.parked for car in cars]
+        obs[:, 6] = [self.needs_action(i) for i in range(n)]
+        obs[:, 7] = min(1.0, now / c["horizon"])
+        # building: hall queues (same for every car)
+        counts = np.array(model.hall_count, dtype=np.float64)  # (n_f, 2)
+        oldest = np.zeros((n_f, 2))
+        for f, (up, down) in enumerate(model.hall):
+            if up:
+                oldest[f, UP] = now - up[0].arrived
+            if down:
+                oldest[f, DOWN] = now - down[0].arrived
+        floor_block = obs[:, GLOBAL:].reshape(n, n_f, FLOOR)
+        floor_block[:, :, 0:2] = counts / (counts + K_COUNT)
+        floor_block[:, :, 2:4] = oldest / (oldest + K_WAIT)
+        calls = self._calls  # (n, n_f); only cars with riders have nonzero rows
+        calls[:] = 0.0
+        for i, car in enumerate(cars):
+            if car.load:
+                calls[i] = car.calls
+        floor_block[:, :, 4] = calls / (calls + K_COUNT)
+        # other cars whose next stop is the floor
+        heading = target[:, None] == self._floors[None, :]  # (n, n_f)
+        floor_block[:, :, 5] = (heading.sum(axis=0)[None, :] - heading) * self._others
+        # free cars nearer to the floor than this car (ties to the lower index)
+        free = (load == 0) & ~moving
+        # distance ranks with ties broken by index: key = distance * n + index
+        key = np.abs(pos[:, None] - self._floors[None, :]) * n + self._index_c[:, None]
+        nearer = key[free][None, :, :] < key[:, None, :]  # [car, free car, floor]
+        floor_block[:, :, 6] = nearer.sum(axis=1) * self._others
+        self._fresh = True
+
+    def _observe(self, i: int, out: np.ndarray) -> None:
+        if not self._fresh:
+            self._refresh()
+        out[:] = self._obs[i]
+
+    def _render_text(self) -> str:
+        m = self.model
+        lines = [
+            f"elevator t={self.now:8.1f}  waiting {m.waiting}  delivered {m.delivered}/{m.arrived}"
+        ]
+        for f in range(m.n_floors - 1, -1, -1):
+            cars = "".join(
+                ("^" if car.direction > 0 else "v" if car.direction < 0 else "o") + f"{car.index}"
+                if car.floor == f
+                else "  "
+                for car in m.cars
+            )
+            up, down = m.hall_count[f]
+            lines.append(f"  {f:3d} | {cars} | up {up:3d}  down {down:3d}")
+        return "\n".join(lines)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_num(v) -> bool:
+    return _is_int(v) or isinstance(v, (float, np.floating))
+
+
+def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:
+    """Collective control with nearest-free-car assignment of hall calls (see the docstring)."""
+    mask = np.asarray(mask)
+    if not mask[1:].any():
+        return NOOP
+    n_f = len(mask) - 1
+    floor = int(round(float(obs[0]) * (n_f - 1)))
+    table = np.asarray(obs[GLOBAL:]).reshape(n_f, FLOOR)
+    up, down, calls = table[:, 0] > 0, table[:, 1] > 0, table[:, 4] > 0
+    allowed = mask[1:] > 0
+    offset = np.arange(n_f) - floor
+    if calls.any():  # riders aboard: all their destinations lie one way
+        d = 1 if calls[floor + 1 :].any() else -1
+        hall = (up if d > 0 else down) if obs[4] < 1 else np.zeros(n_f, dtype=bool)
+        return _nearest(allowed & (offset * d > 0) & (calls | hall), offset, allowed)
+    if up[floor] or down[floor]:  # serve this floor, the longer-waiting direction first
+        d = 1 if up[floor] and (not down[floor] or table[floor, 2] >= table[floor, 3]) else -1
+        ahead = allowed & (offset * d > 0)
+        same = ahead & (up if d > 0 else down)
+        if same.any():  # pick up more on the way
+            return _nearest(same, offset, allowed)
+        far = np.flatnonzero(ahead)  # else run to the end; riders' stops cut the trip short
+        return int(far[-1] if d > 0 else far[0]) + 1
+    waiting = (up | down) & allowed
+    mine = waiting & (table[:, 5] == 0) & (table[:, 6] == 0)
+    if mine.any():  # nobody heads there and no free car is nearer
+        return _nearest(mine, offset, allowed)
+    if mask[NOOP]:
+        return NOOP
+    return _nearest(waiting, offset, allowed)
+
+
+def _nearest(pick: np.ndarray, offset: np.ndarray, allowed: np.ndarray) -> int:
+    """Action of the nearest floor in ``pick`` (else of the nearest allowed floor)."""
+    cand = np.flatnonzero(pick)
+    if not len(cand):
+        cand = np.flatnonzero(allowed)
+    return int(cand[np.argmin(np.abs(offset[cand]))]) + 1
