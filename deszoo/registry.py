@@ -18,6 +18,7 @@ ENVS: dict[str, str] = {
     "supplychain_v0": "deszoo.envs.supplychain_v0",
     "traffic_v0": "deszoo.envs.traffic_v0",
     "warehouse_v0": "deszoo.envs.warehouse_v0",
+    "ridehail_v0": "deszoo.envs.ridehail_v0",
 }
 
 

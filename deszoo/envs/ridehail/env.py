@@ -1,0 +1,343 @@
+"""Ride hailing: drivers who log on and off choose requests to accept or zones to go to.
+
+A city of ``zones_x x zones_y`` zones with a day of ``horizon`` seconds of ride requests
+(a mid-day peak; riders go from the outskirts downtown early and back out late; each
+request cancels after its patience); see ``model.py``. Every driver has a shift drawn per
+episode: about a third start at ``t = 0``, the others during the first half of the day, and
+every shift ends by ``horizon``. Dispatch is batched: every ``dispatch_interval`` seconds
+each idle, logged-on driver decides in the same step whether to accept one of the
+``request_slots`` nearest open requests within ``pickup_radius`` zones, to reposition
+(drive empty) to another zone, or to stay. Drivers that are driving are not at a
+decision point; if no driver is idle at a tick the step runs on to the next tick.
+
+Agents that come and go. All ``n_drivers`` drivers are live agents from ``reset``.
+Before its shift starts a driver is never at a decision point: its mask is the no-op
+only and its observation says it is off shift (``obs[0] = 0``) and when it starts. When
+its shift has ended and it is idle (at once, or when its current trip or repositioning
+ends) it logs off for good: the bridge's ``remove_agent`` terminates that agent alone
+(``terminations[agent] = True`` in that step) and it leaves ``env.agents``. From then on
+the bridge's arrays (``obs_buf``, ``mask_buf``, ``live``) report a zero observation and
+the no-op mask for it until the episode ends, as SuperSuit's ``black_death_v3`` does for
+the dict API. The episode terminates when the last driver has logged off.
+
+=================  ======================================================================
+Import             ``from deszoo.envs import ridehail_v0`` / ``deszoo.make("ridehail_v0")``
+Agents             ``driver_0`` .. ``driver_{n_drivers-1}``; they leave one by one
+Action space       ``Discrete(1 + request_slots + n_zones)``: ``0`` stay (no-op), ``k`` in
+                   ``1..request_slots`` accept the request in slot ``k-1``, ``1 +
+                   request_slots + z`` reposition to zone ``z`` (``z = x + zones_x * y``)
+Action mask        deciding (idle at a tick): ``0``, the occupied request slots and every
+                   zone but the driver's own; not deciding (off shift, driving): only
+                   ``0``
+Conflicts          if several drivers accept the same request in a step, the lowest
+                   index gets it and the others stay idle until the next tick
+Observation space  ``Box(0, 1, (9 + 4 * n_zones + 6 * request_slots,), float32)``
+Observation        ``[on shift, idle, driving a rider (to pickup or destination),
+                   repositioning, t / horizon, shift time left / horizon (0 off shift),
+                   time until the shift starts / horizon, x / (zones_x - 1), y / (zones_y
+                   - 1)]`` (the zone it is in, or drives to); per zone ``[open requests /
+                   count_ref, idle drivers / count_ref, expected requests in the next 10
+                   minutes / count_ref, mean driving time from the driver's zone /
+                   time_ref]``; per request slot (idle deciding drivers only, nearest
+                   pickup first) ``[present, pickup time / time_ref, trip time /
+                   time_ref, fare / fare(time_ref), waited / (1.5 patience), expected
+                   requests at the destination / count_ref]``. ``count_ref = max(2, 2
+                   n_drivers / n_zones)``, ``time_ref = zone_time (zones_x + zones_y -
+                   1.5)`` (the longest mean drive). Every feature is capped at 1. A driver
+                   that has logged off observes zeros
+Reward             the fare of each ride at drop-off (``base_fare + fare_per_minute *
+                   minutes driven with the rider``) minus ``cost_per_minute`` per minute
+                   driven (to pickups, with riders and repositioning), accrued over the
+                   step's simulated interval
+Termination        per driver when it logs off; the episode when the last one has
+Truncation         ``max_steps`` env steps (default 5000) or ``max_time`` simulated time
+Heuristic          ``heuristic(obs, mask)``: accept the nearest request (the better fare on
+                   a near tie); with none in reach reposition to a nearby zone with a
+                   larger expected shortage of drivers, if clearly better than staying
+=================  ======================================================================
+
+Arguments:
+    zones_x, zones_y (int): city size in zones.
+    n_drivers (int): drivers, one agent each.
+    horizon (float): seconds of requests in the day; every shift ends by then.
+    demand (float): requests per hour per driver, on average over the day.
+    zone_time (float): mean seconds to drive one zone further.
+    patience (float): mean seconds a request waits before it cancels.
+    base_fare, fare_per_minute, cost_per_minute (float): money per ride, per minute
+        with a rider, per minute driven.
+    dispatch_interval (float): seconds between dispatch ticks.
+    request_slots (int): nearest open requests an idle driver sees.
+    pickup_radius (int): a driver sees requests at most this many zones away.
+
+Presets: `small` (3x3 zones, 8 drivers, 2 h), `default` (4x4 zones, 30 drivers, 3 h),
+`large` (10x10 zones, 300 drivers, 3 h).
+
+Vectorizing with SuperSuit: ``supersuit.pettingzoo_env_to_vec_env_v1(
+supersuit.black_death_v3(env))`` gives one row per possible driver with zero rows for
+drivers that have left. With SuperSuit up to 3.11, ``black_death_v3`` never reports the
+end of an episode (it requires each agent to be terminated *and* truncated, fixed
+upstream in SuperSuit PR #265), so check ``env.episode_over`` (or ``env.agents == []``)
+on the unwrapped env and call ``reset`` yourself; see ``docs/envs/ridehail.md``.
+
+Version History:
+    v0: initial release.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from deszoo.core import NOOP, Integrator, SimPyParallelEnv
+from deszoo.envs.ridehail.model import BUSY, IDLE, MOVING, OFF, RideHailModel
+from deszoo.errors import ConfigError
+
+__all__ = ["RideHailEnv", "heuristic"]
+
+HEAD = 9
+ZONE = 4
+SLOT = 6
+LOOKAHEAD = 600.0  # seconds: horizon of the expected-demand features
+
+_INTS = ("zones_x", "zones_y", "n_drivers", "request_slots")
+_POSITIVE = ("horizon", "zone_time", "patience", "dispatch_interval")
+_NONNEG = ("demand", "base_fare", "fare_per_minute", "cost_per_minute")
+
+
+class RideHailEnv(SimPyParallelEnv):
+    """Ride-hailing drivers with shifts; see the module docstring."""
+
+    metadata = {"render_modes": ["ansi"], "name": "ridehail_v0"}
+    defaults = {
+        "zones_x": 4,
+        "zones_y": 4,
+        "n_drivers": 30,
+        "horizon": 10800.0,
+        "demand": 3.0,
+        "zone_time": 120.0,
+        "patience": 300.0,
+        "base_fare": 2.5,
+        "fare_per_minute": 1.0,
+        "cost_per_minute": 0.3,
+        "dispatch_interval": 30.0,
+        "request_slots": 4,
+        "pickup_radius": 2,
+        "max_steps": 5000,
+    }
+    presets = {
+        "small": {"zones_x": 3, "zones_y": 3, "n_drivers": 8, "horizon": 7200.0},
+        "default": {},
+        "large": {"zones_x": 12, "zones_y": 12, "n_drivers": 400, "pickup_radius": 3},
+    }
+
+    def _setup(self):
+        c = self.config
+        name = self.metadata["name"]
+        for key in _INTS:
+            v = c[key]
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{name}: {key}={v!r} must be a positive int")
+        v = c["pickup_radius"]
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+            raise ConfigError(f"{name}: pickup_radius={v!r} must be an int >= 0 (zones)")
+        if c["zones_x"] * c["zones_y"] < 2:
+            raise ConfigError(f"{name}: the city needs at least 2 zones")
+        for key in _POSITIVE:
+            if not isinstance(c[key], (int, float)) or not c[key] > 0:
+                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive number")
+        for key in _NONNEG:
+            if not isinstance(c[key], (int, float)) or not c[key] >= 0:
+                raise ConfigError(f"{name}: {key}={c[key]!r} must be a number >= 0")
+        Z, K = c["zones_x"] * c["zones_y"], c["request_slots"]
+        self._n_zones = Z
+        self._count_ref = max(2.0, 2.0 * c["n_drivers"] / Z)
+        self._time_ref = c["zone_time"] * (c["zones_x"] + c["zones_y"] - 1.5)
+        self._fare_ref = c["base_fare"] + c["fare_per_minute"] * self._time_ref / 60.0
+        self._zone0 = HEAD
+        self._slot0 = HEAD + ZONE * Z
+        dim = self._slot0 + SLOT * K
+        names = [f"driver_{i}" for i in range(c["n_drivers"])]
+        return names, np.zeros(dim, np.float32), np.ones(dim, np.float32), 1 + K + Z
+
+    def _build(self):
+        c = self.config
+        n = c["n_drivers"]
+        self._driving = Integrator(n)
+        self._obs_stamp = None
+        self._slots: list[list] = [[] for _ in range(n)]
+        self.model = RideHailModel(
+            self.sim,
+            self.rng,
+            c["zones_x"],
+            c["zones_y"],
+            n,
+            float(c["horizon"]),
+            float(c["demand"]),
+            float(c["zone_time"]),
+            float(c["patience"]),
+            float(c["base_fare"]),
+            float(c["fare_per_minute"]),
+            on_fare=self.add_reward,
+            on_driving=self._on_driving,
+            on_logon=lambda i: None,
+            on_logoff=self.remove_agent,
+            on_all_gone=self.end_episode,
+        )
+        self.model.start()
+        self.sim.process(self._clock())
+
+    # ---- decisions -------------------------------------------------------------------
+    def _clock(self):
+        sim, model = self.sim, self.model
+        dt = float(self.config["dispatch_interval"])
+        n = model.n_drivers
+        appliers = [self._applier(i) for i in range(n)]
+        state = model.state
+        # Provisional mask; _observe refreshes it with the slots the driver observes.
+        provisional = np.zeros(self.n_actions, dtype=np.int8)
+        provisional[0] = 1
+        while True:
+            for i in range(n):
+                if state[i] == IDLE and i not in self._pending:
+                    self.decide(i, provisional).callbacks.append(appliers[i])
+            yield sim.timeout(dt)
+
+    def _applier(self, i: int):
+        model = self.model
+        k = self.config["request_slots"]
+
+        def apply(event) -> None:
+            a = event.value
+            if a == NOOP or not self.live[i]:
+                return
+            if a <= k:
+                model.dispatch(i, self._slots[i][a - 1])  # False if another took it
+            else:
+                model.reposition(i, a - 1 - k)
+
+        return apply
+
+    def _on_driving(self, i: int, driving: bool) -> None:
+        self._driving.set(self.sim.now, i, 1.0 if driving else 0.0)
+
+    def _flush(self, until: float) -> None:
+        cost = self.config["cost_per_minute"] / 60.0
+        self.rew_buf -= (self._driving.take(until) * cost).astype(np.float32)
+
+    # ---- observations ----------------------------------------------------------------
+    def _observe(self, i: int, out: np.ndarray) -> None:
+        # Hot path: all rows are computed once per step with numpy; each call copies one.
+        if self._obs_stamp != self.num_steps:
+            self._obs_all = self._observe_all()
+            self._obs_stamp = self.num_steps
+        out[:] = self._obs_all[i]
+
+    def _observe_all(self) -> np.ndarray:
+        c, model, now = self.config, self.model, self.sim.now
+        n, Z, K = model.n_drivers, model.n_zones, c["request_slots"]
+        horizon, cref, tref = model.horizon, self._count_ref, self._time_ref
+        obs = np.zeros((n, self._obs_space.shape[0]), dtype=np.float32)
+        state = np.asarray(model.state)
+        zone = np.asarray(model.zone)
+        on = (state == IDLE) | (state == BUSY) | (state == MOVING)
+        obs[:, 0] = on
+        obs[:, 1] = state == IDLE
+        obs[:, 2] = state == BUSY
+        obs[:, 3] = state == MOVING
+        obs[:, 4] = min(1.0, now / horizon)
+        obs[:, 5] = np.where(on, np.clip((model.shift_end - now) / horizon, 0.0, 1.0), 0.0)
+        obs[:, 6] = np.where(state == OFF, np.clip((model.shift_start - now) / horizon, 0, 1), 0)
+        obs[:, 7] = model.zone_xy[zone, 0] / max(1, model.zx - 1)
+        obs[:, 8] = model.zone_xy[zone, 1] / max(1, model.zy - 1)
+        open_reqs = list(model.open.values())
+        origins = np.fromiter((r.origin for r in open_reqs), dtype=np.int64, count=len(open_reqs))
+        idle = state == IDLE
+        expected = model.mean_rate * model.rate_factor(now) * LOOKAHEAD * model.origin_weights(now)
+        zones = obs[:, HEAD : self._slot0].reshape(n, Z, ZONE)
+        zones[:, :, 0] = np.minimum(1.0, np.bincount(origins, minlength=Z) / cref)
+        zones[:, :, 1] = np.minimum(1.0, np.bincount(zone[idle], minlength=Z) / cref)
+        zones[:, :, 2] = np.minimum(1.0, expected / cref)
+        zones[:, :, 3] = np.minimum(1.0, model.travel[zone] / tref)
+        # Request slots of the deciding drivers; the mask is refreshed to match them.
+        pending = list(self._pending)
+        if not pending:
+            return obs
+        mask = self.mask_buf
+        radius = c["pickup_radius"]
+        slots = obs[:, self._slot0 :].reshape(n, K, SLOT)
+        own = zone[pending]
+        if open_reqs:
+            dist = model.manhattan[own][:, origins].astype(np.float64)  # P x R
+            age = np.fromiter((r.time for r in open_reqs), dtype=np.float64)
+            dist[dist > radius] = np.inf
+            order = np.lexsort((age[None, :].repeat(len(pending), 0), dist), axis=1)
+            dest = np.fromiter((r.dest for r in open_reqs), dtype=np.int64)
+            trip = np.fromiter((r.trip_time for r in open_reqs), dtype=np.float64)
+            fare = np.fromiter((r.fare for r in open_reqs), dtype=np.float64)
+            patience = 1.5 * model.patience
+        for row, i in enumerate(pending):
+            chosen: list = []
+            if open_reqs:
+                take = [j for j in order[row, :K] if np.isfinite(dist[row, j])]
+                chosen = [open_reqs[j] for j in take]
+                if take:
+                    m = len(take)
+                    slots[i, :m, 0] = 1.0
+                    slots[i, :m, 1] = np.minimum(1.0, model.travel[own[row], origins[take]] / tref)
+                    slots[i, :m, 2] = np.minimum(1.0, trip[take] / tref)
+                    slots[i, :m, 3] = np.minimum(1.0, fare[take] / self._fare_ref)
+                    slots[i, :m, 4] = np.minimum(1.0, (now - age[take]) / patience)
+                    slots[i, :m, 5] = np.minimum(1.0, expected[dest[take]] / cref)
+            self._slots[i] = chosen
+            row_mask = mask[i]
+            row_mask[:] = 1
+            row_mask[1 + len(chosen) : 1 + K] = 0
+            row_mask[1 + K + own[row]] = 0
+        return obs
+
+    def _render_text(self) -> str:
+        model = self.model
+        states = np.bincount(np.asarray(model.state), minlength=5)
+        lines = [
+            f"ridehail t={self.now:8.1f}  drivers off {states[0]} idle {states[1]} busy "
+            f"{states[2]} moving {states[3]} gone {states[4]}",
+            f"  requests {model.n_requests}  open {len(model.open)}  served {model.served}  "
+            f"cancelled {model.cancelled}",
+        ]
+        open_by_zone = np.bincount(
+            [r.origin for r in model.open.values()], minlength=model.n_zones
+        ).reshape(model.zy, model.zx)
+        for row in open_by_zone:
+            lines.append("  " + " ".join(f"{v:2d}" for v in row))
+        return "\n".join(lines)
+
+
+def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:
+    """Nearest request first; otherwise move to a nearby zone short of drivers, if worth it.
+
+    A zone's shortage is its open plus expected requests minus its idle drivers (all
+    scaled by ``count_ref``). With no request in reach the driver repositions to the zone
+    within a quarter of the longest drive that maximises shortage minus 3 x driving time
+    (scaled), if that beats the shortage of its own zone by 0.25; else it stays. The
+    layout sizes follow from the lengths: ``len(mask) = 1 + K + Z`` and
+    ``len(obs) = 9 + 4 Z + 6 K``.
+    """
+    if not mask[1:].any():
+        return NOOP
+    n = len(mask)
+    Z = (HEAD + SLOT * (n - 1) - len(obs)) // (SLOT - ZONE)
+    K = n - 1 - Z
+    slots = np.asarray(obs[HEAD + ZONE * Z :], dtype=np.float64).reshape(K, SLOT)
+    legal = mask[1 : 1 + K] == 1
+    if legal.any():
+        score = slots[:, 1] - 0.1 * slots[:, 3]  # pickup time, then the better fare
+        score[~legal] = np.inf
+        return 1 + int(np.argmin(score))
+    zones = np.asarray(obs[HEAD : HEAD + ZONE * Z], dtype=np.float64).reshape(Z, ZONE)
+    shortage = zones[:, 0] + zones[:, 2] - zones[:, 1]
+    gain = shortage - 3.0 * zones[:, 3]
+    gain[(zones[:, 3] > 0.25) | (mask[1 + K :] == 0)] = -np.inf
+    own = np.flatnonzero(mask[1 + K :] == 0)
+    j = int(np.argmax(gain))
+    if np.isfinite(gain[j]) and (len(own) == 0 or gain[j] > shortage[own[0]] + 0.25):
+        return 1 + K + j
+    return NOOP
