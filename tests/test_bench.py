@@ -87,6 +87,39 @@ def test_masked_actions_are_legal_and_uniform():
     assert all(abs(c / len(picks) - 1 / 3) < 0.05 for c in counts[[1, 3, 4]])
 
 
+def test_priorities_do_not_depend_on_the_block_size():
+    """Env i's priorities are the same drawn at once or block by block."""
+    from deszoo.bench.work import Priorities
+
+    work = Work("x", env_steps=60)
+    whole = Priorities(work, 3, 2, 4).all_block(20)
+    small = Priorities(work, 3, 2, 4, block_bytes=3 * 2 * 4 * 4 * 7)
+    assert small.block == 7
+    blocks = [small.all_block(min(7, 20 - lo)) for lo in range(0, 20, 7)]
+    assert np.array_equal(np.concatenate(blocks), whole)
+    small.restart()
+    env1 = np.concatenate([small.env_block(1, n) for n in (7, 7, 6)])
+    assert np.array_equal(env1, whole[:, 1])
+    assert whole.min() > 0 and whole.max() <= 1
+
+
+@pytest.mark.parametrize("mode", ["serial", "roundrobin"])
+def test_blocked_priorities_give_the_same_run(mode, monkeypatch):
+    """A work too big for one block (drawn block by block, clocks paused) does the same."""
+    import deszoo.bench.work as work_module
+
+    work = Work(SCENARIO, "small", env_steps=60)
+    sums = []
+    for limit in (work_module.BLOCK_BYTES, 3 * 3 * 9 * 4 * 4):
+        monkeypatch.setattr(work_module, "BLOCK_BYTES", limit)
+        with open_session(work, mode, 3, None) as session:
+            session.reset()
+            stats = session.run()
+            sums.append((session.prio.block, stats.env_steps, stats.reward_sum))
+    assert sums[0][0] == 20 and sums[1][0] == 4
+    assert sums[0][1:] == sums[1][1:]
+
+
 # ---- modes -------------------------------------------------------------------------------
 def test_modes_come_from_the_vector_backends():
     """serial first, then every backend deszoo.vector has."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deszoo.bench.work import Work, masked_actions, priorities, steps_per_env
+from deszoo.bench.work import Priorities, Work, masked_actions, steps_per_env
 from deszoo.errors import ConfigError
 from deszoo.registry import make
 
@@ -93,7 +93,7 @@ class _Session:
         self.n_agents = n_agents
         self.n_actions = n_actions
         self.steps_per_env = steps_per_env(work, num_envs)
-        self.prio = priorities(work, num_envs, n_agents, n_actions)
+        self.prio = Priorities(work, num_envs, n_agents, n_actions)
         self.rew_log = np.zeros((self.steps_per_env, num_envs, n_agents), dtype=np.float32)
 
     def _steps(self, steps: int | None) -> int:
@@ -135,41 +135,48 @@ class SerialSession(_Session):
     def run(self, steps: int | None = None) -> RunStats:
         """Timed: ``steps`` steps (default: all) of each env in turn; then :meth:`reset`."""
         steps = self._steps(steps)
+        prio = self.prio
+        prio.restart()
+        whole = prio.all_block(prio.steps) if prio.block == prio.steps else None
         scratch = np.empty((self.n_agents, self.n_actions), dtype=np.float32)
         clock = time.perf_counter
+        cpu_clock = time.process_time
         events = 0
         sim_time = 0.0
         episodes = 0
-        harness = 0.0
-        cpu0 = time.process_time()
-        wall0 = clock()
+        harness = wall = cpu = 0.0
         for i, env in enumerate(self.envs):
-            prio = self.prio[:, i]
             rlog = self.rew_log[:, i]
             mask = env.mask_buf
             rew = env.rew_buf
             step = env.step_arrays
             events -= self._base_events[i]
-            c = clock()
-            for t in range(steps):
-                if env.episode_over:  # next-step autoreset: this step is the reset
-                    events += env.num_events
-                    sim_time += env.now
-                    episodes += 1
-                    env.reset_arrays(None)
+            for lo in range(0, steps, prio.block):
+                hi = min(lo + prio.block, steps)
+                # Outside the clocks: this block of env i's priorities.
+                p = whole[lo:hi, i] if whole is not None else prio.env_block(i, hi - lo)
+                cpu0 = cpu_clock()
+                wall0 = c = clock()
+                for t in range(lo, hi):
+                    if env.episode_over:  # next-step autoreset: this step is the reset
+                        events += env.num_events
+                        sim_time += env.now
+                        episodes += 1
+                        env.reset_arrays(None)
+                        c = clock()
+                        continue
+                    act = masked_actions(mask, p[t - lo], scratch)
+                    b = clock()
+                    harness += b - c
+                    step(act)
                     c = clock()
-                    continue
-                act = masked_actions(mask, prio[t], scratch)
-                b = clock()
-                harness += b - c
-                step(act)
-                c = clock()
-                rlog[t] = rew
-            harness += clock() - c
+                    rlog[t] = rew
+                end = clock()
+                harness += end - c
+                wall += end - wall0
+                cpu += cpu_clock() - cpu0
             events += env.num_events
             sim_time += env.now
-        wall = clock() - wall0
-        cpu = time.process_time() - cpu0
         return RunStats(
             env_steps=steps * self.num_envs,
             wall_s=wall,
@@ -220,27 +227,34 @@ class VectorSession(_Session):
         """Timed: ``steps`` vector steps (default: all); then :meth:`reset`."""
         steps = self._steps(steps)
         rows = self.num_envs * self.n_agents
-        prio = self.prio.reshape(self.steps_per_env, rows, self.n_actions)
+        prio = self.prio
+        prio.restart()
         rlog = self.rew_log.reshape(self.steps_per_env, rows)
         scratch = np.empty((rows, self.n_actions), dtype=np.float32)
         step = self.vec.step
         mask = self._mask
         clock = time.perf_counter
-        harness = 0.0
-        cpu0 = time.process_time()
-        wall0 = clock()
-        c = wall0
-        for t in range(steps):
-            act = masked_actions(mask, prio[t], scratch)
-            b = clock()
-            harness += b - c
-            out = step(act)
-            c = clock()
-            rlog[t] = out[1]
-            mask = out[4]["action_mask"]
-        harness += clock() - c
-        wall = clock() - wall0
-        cpu = time.process_time() - cpu0
+        cpu_clock = time.process_time
+        harness = wall = cpu = 0.0
+        for lo in range(0, steps, prio.block):
+            hi = min(lo + prio.block, steps)
+            # Outside the clocks: this block of every env's priorities.
+            p = prio.all_block(hi - lo)
+            p = p.reshape(p.shape[0], rows, self.n_actions)
+            cpu0 = cpu_clock()
+            wall0 = c = clock()
+            for t in range(lo, hi):
+                act = masked_actions(mask, p[t - lo], scratch)
+                b = clock()
+                harness += b - c
+                out = step(act)
+                c = clock()
+                rlog[t] = out[1]
+                mask = out[4]["action_mask"]
+            end = clock()
+            harness += end - c
+            wall += end - wall0
+            cpu += cpu_clock() - cpu0
         self._mask = mask
         return RunStats(
             env_steps=steps * self.num_envs,

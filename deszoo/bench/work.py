@@ -5,11 +5,11 @@ total number of env steps, the env seed and the policy. It does not fix *how* th
 sampled (mode, ``num_envs``, ``num_workers``); every configuration of a row does the same
 work, so rows with the same work hash can be compared across modes and machines.
 
-The policy is uniform over the legal actions of every agent. Its randomness is drawn before
-the timed region as one array of priorities in ``(0, 1]`` per env step, env, agent and
-action; inside the timed region an action is ``argmax(mask * priorities)``, which picks
-each legal action with equal probability for a cost of about one microsecond per call
-(measured and reported as ``harness_us_per_step``).
+The policy is uniform over the legal actions of every agent. Its randomness is drawn outside
+the timed region as priorities in ``(0, 1]``, one per env step, env, agent and action
+(:class:`Priorities`); inside the timed region an action is ``argmax(mask * priorities)``,
+which picks each legal action with equal probability for a cost of about one microsecond
+per call (measured and reported as ``harness_us_per_step``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ __all__ = [
     "STANDARD_ENV_STEPS",
     "STANDARD_SEED",
     "Work",
+    "BLOCK_BYTES",
+    "Priorities",
     "masked_actions",
     "priorities",
     "standard_work",
@@ -115,20 +117,71 @@ def steps_per_env(work: Work, num_envs: int) -> int:
     return math.ceil(work.env_steps / num_envs)
 
 
-def priorities(
-    work: Work, num_envs: int, n_agents: int, n_actions: int
-) -> np.ndarray:
-    """Random priorities, shape ``(steps_per_env, num_envs, n_agents, n_actions)``, float32.
+BLOCK_BYTES = 64 * 2**20
+"""Largest block of priorities held at once; bigger works draw block by block."""
 
-    Values lie in ``(0, 1]`` so that a legal action always beats a masked one under
-    ``argmax(mask * priorities)``. Every mode of a row reads the same array: env ``i`` at
-    its ``t``-th step uses ``[t, i]``.
+
+class Priorities:
+    """The policy's random priorities, in ``(0, 1]``, float32, drawn outside the timed region.
+
+    Env ``i`` draws from its own generator, ``default_rng(SeedSequence(seed).spawn(n)[i])``,
+    ``n_agents * n_actions`` values per step in step order, so env ``i`` sees the same
+    priorities at its ``t``-th step in every mode and whatever the block size. Values lie in
+    ``(0, 1]`` so that a legal action always beats a masked one under
+    ``argmax(mask * priorities)``. A work whose priorities exceed :data:`BLOCK_BYTES` is
+    drawn in blocks of ``block`` steps; the caller pauses its clocks while a block is drawn.
     """
-    rng = np.random.default_rng(work.seed)
-    shape = (steps_per_env(work, num_envs), num_envs, n_agents, n_actions)
-    out = rng.random(shape, dtype=np.float32)
-    np.subtract(np.float32(1.0), out, out=out)  # [0, 1) -> (0, 1]
-    return out
+
+    def __init__(
+        self,
+        work: Work,
+        num_envs: int,
+        n_agents: int,
+        n_actions: int,
+        block_bytes: int | None = None,
+    ):
+        self.seed = work.seed
+        self.num_envs = num_envs
+        self.shape = (n_agents, n_actions)
+        self.steps = steps_per_env(work, num_envs)
+        per_step = num_envs * n_agents * n_actions * 4
+        limit = BLOCK_BYTES if block_bytes is None else block_bytes
+        self.block = int(max(1, min(self.steps, limit // per_step)))
+        self._cache: np.ndarray | None = None
+        self.restart()
+
+    def restart(self) -> None:
+        """Back to step 0 (every repeat replays the same priorities)."""
+        seqs = np.random.SeedSequence(self.seed).spawn(self.num_envs)
+        self._rngs = [np.random.default_rng(s) for s in seqs]
+
+    def _draw(self, i: int, steps: int, out: np.ndarray) -> None:
+        self._rngs[i].random(out=out, dtype=np.float32)
+        np.subtract(np.float32(1.0), out, out=out)  # [0, 1) -> (0, 1]
+
+    def env_block(self, i: int, steps: int) -> np.ndarray:
+        """Env ``i``'s next ``steps`` steps: ``(steps, n_agents, n_actions)``."""
+        out = np.empty((steps, *self.shape), dtype=np.float32)
+        self._draw(i, steps, out)
+        return out
+
+    def all_block(self, steps: int) -> np.ndarray:
+        """Every env's next ``steps`` steps: ``(steps, num_envs, n_agents, n_actions)``."""
+        if steps == self.steps and self._cache is not None:
+            return self._cache  # the whole work fits in one block: draw it once
+        out = np.empty((steps, self.num_envs, *self.shape), dtype=np.float32)
+        for i in range(self.num_envs):
+            block = np.empty((steps, *self.shape), dtype=np.float32)
+            self._draw(i, steps, block)
+            out[:, i] = block
+        if steps == self.steps:
+            self._cache = out
+        return out
+
+
+def priorities(work: Work, num_envs: int, n_agents: int, n_actions: int) -> np.ndarray:
+    """All priorities of a work at once: ``(steps_per_env, num_envs, n_agents, n_actions)``."""
+    return Priorities(work, num_envs, n_agents, n_actions).all_block(steps_per_env(work, num_envs))
 
 
 def masked_actions(mask: np.ndarray, prio: np.ndarray, scratch: np.ndarray) -> np.ndarray:
