@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from deszoo.bench.machine import usable_cores
+from deszoo.bench.machine import worker_counts
 from deszoo.bench.modes import available_modes, is_in_process
 from deszoo.bench.runner import Config, Matrix
 from deszoo.bench.work import Work
@@ -75,7 +75,7 @@ def autotune_configs(
     Args:
         matrix: from :func:`autotune_matrix`.
         modes: default every available mode except ``ray``.
-        workers: default ``1 .. usable cores``.
+        workers: default 1, 2, 4, ... up to the usable cores.
         envs_per_worker: envs each worker hosts.
     """
     if modes is None:
@@ -83,7 +83,7 @@ def autotune_configs(
     unknown = [m for m in modes if m not in available_modes()]
     if unknown:
         raise ConfigError(f"unknown mode(s) {unknown}; available: {available_modes()}")
-    workers = workers or list(range(1, usable_cores() + 1))
+    workers = workers or worker_counts()
     work: Work = matrix.works()[0]
     sizes = sorted({w * e for w in workers for e in envs_per_worker})
     configs = []

@@ -17,6 +17,7 @@ __all__ = [
     "reset_peak_rss",
     "self_peak_rss_mb",
     "usable_cores",
+    "worker_counts",
     "worker_pids",
 ]
 
@@ -30,6 +31,17 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def worker_counts(cores: int | None = None) -> list[int]:
+    """1, 2, 4, ... up to ``cores`` (default: the usable cores), and ``cores`` itself."""
+    cores = usable_cores() if cores is None else cores
+    counts = {cores}
+    k = 1
+    while k < cores:
+        counts.add(k)
+        k *= 2
+    return sorted(counts)
 
 
 def cpu_model() -> str:

@@ -24,6 +24,7 @@ from deszoo.bench.machine import (
     reset_peak_rss,
     self_peak_rss_mb,
     usable_cores,
+    worker_counts,
 )
 from deszoo.bench.modes import RunStats, SerialSession, available_modes, is_in_process
 from deszoo.bench.modes import open_session as _open_session
@@ -174,13 +175,12 @@ def quick_matrix(modes: list[str] | None = None) -> Matrix:
 def standard_matrix(scenarios: list[str] | None = None) -> Matrix:
     """The leaderboard's matrix: the standard work of every scenario at its default preset.
 
-    Every available mode, 8 and 32 envs, 1 .. usable cores workers (1, 2, 4, 6, ...).
+    Every available mode, 8 and 32 envs, workers 1, 2, 4, ... up to the usable cores.
     """
-    cores = usable_cores()
     return Matrix(
         scenarios=scenarios or available_scenarios(),
         num_envs=[8, 32],
-        num_workers=sorted({1, *range(2, cores + 1, 2), cores}),
+        num_workers=worker_counts(),
         suite="standard",
     )
 
