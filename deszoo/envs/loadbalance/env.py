@@ -53,8 +53,8 @@ Arguments:
     horizon (float): simulated time during which requests arrive.
 
 Presets: `small` (2 dispatchers, 3 pools, about 500 steps), `default` (4 dispatchers,
-6 pools, about 1.3k steps), `large` (16 dispatchers, 32 pools, three quarters of the load as
-background traffic, about 2.5k steps).
+6 pools, about 1.3k steps), `large` (16 dispatchers, 32 pools, 90% of the load as background
+traffic, so about 40 SimPy events per step, about 2.4k steps).
 
 Version History:
     v0: initial release.
@@ -106,8 +106,8 @@ class LoadBalanceEnv(SimPyParallelEnv):
             "n_types": 4,
             "servers_range": (4, 16),
             "queue_capacity": 16,
-            "background": 0.75,
-            "horizon": 40.0,
+            "background": 0.9,
+            "horizon": 100.0,
         },
     }
 
@@ -189,7 +189,7 @@ class LoadBalanceEnv(SimPyParallelEnv):
         self._wait.add(self.sim.now, d, delta)
 
     def _on_lost(self, d: int, kind: int) -> None:
-        self.rew_buf[d] -= self.config["loss_penalty"]
+        self.add_reward(d, -self.config["loss_penalty"])
 
     def _flush(self, until: float) -> None:
         self.rew_buf -= self._wait.take(until).astype(np.float32)
