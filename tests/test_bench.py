@@ -312,13 +312,16 @@ def test_recommend_picks_the_fastest():
 
 
 # ---- CLI and the pytest-benchmark suite ---------------------------------------------------
-def test_cli_bench_tiny(tmp_path):
-    """`deszoo bench` on a tiny config writes a valid JSON and a plot."""
+def test_cli_bench_tiny(tmp_path, capsys):
+    """`deszoo bench` on a tiny config prints the table, writes a valid JSON and a plot."""
     out, plot = tmp_path / "r.json", tmp_path / "s.png"
     rc = main(["bench", "--scenarios", f"{SCENARIO}/small", "--modes", "serial,roundrobin",
                "--num-envs", "1,2", "--steps", "24", "--repeats", "1", "--no-progress",
-               "--out", str(out), "--plot", str(plot), "--label", "ci"])
+               "--out", str(out), "--plot", str(plot), "--label", "ci", "--markdown"])
     assert rc == 0
+    printed = capsys.readouterr().out
+    assert "| scenario | mode | envs |" in printed
+    assert "| jobshop_v0/small | roundrobin |" in printed
     result = schema.check(json.loads(out.read_text()))
     assert [(r["mode"], r["num_envs"]) for r in result["rows"]] == [
         ("serial", 1), ("roundrobin", 1), ("serial", 2), ("roundrobin", 2)]

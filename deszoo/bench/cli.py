@@ -66,6 +66,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--plot", type=Path, metavar="FILE.png", help="write the scaling plot here")
     b.add_argument("--label", help="a name for this machine, stored in the result")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.add_argument("--markdown", action="store_true",
+                   help="print the table as GitHub Markdown (for READMEs and issues)")
     b.add_argument("--list-modes", action="store_true", help="print the available modes")
 
     lb = sub.add_parser(
@@ -163,7 +165,13 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
 
     from deszoo.bench.autotune import recommend
     from deszoo.bench.modes import available_modes
-    from deszoo.bench.report import failures, plot_scaling, rich_table
+    from deszoo.bench.report import (
+        caption,
+        failures,
+        markdown_table,
+        plot_scaling,
+        rich_table,
+    )
     from deszoo.bench.runner import run_matrix, total_units
 
     console = _console()
@@ -197,7 +205,11 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
 
         result = run_matrix(matrix, progress=tick, label=args.label, command=command,
                             configs=configs)
-    console.print(rich_table(result))
+    if args.markdown:
+        console.print(markdown_table(result["rows"]) + "\n\n" + caption(result),
+                      highlight=False, markup=False, soft_wrap=True)
+    else:
+        console.print(rich_table(result))
     if args.autotune:
         _print_recommendation(console, recommend(result))
     if args.out:

@@ -7,7 +7,16 @@ from pathlib import Path
 
 from deszoo.bench.modes import is_in_process
 
-__all__ = ["COLUMNS", "markdown_table", "plot_scaling", "rich_table", "row_cells"]
+__all__ = [
+    "COLUMNS",
+    "caption",
+    "failures",
+    "markdown_table",
+    "plot_scaling",
+    "rich_table",
+    "row_cells",
+    "workers_cell",
+]
 
 COLUMNS = [
     ("scenario", "left"),
@@ -71,7 +80,8 @@ def row_cells(row: dict) -> list[str]:
     ]
 
 
-def _caption(result: dict) -> str:
+def caption(result: dict) -> str:
+    """One line: machine, load before and after, work size, repeats and work hash."""
     m = result["machine"]
     load = m.get("load_average_start")
     load_end = m.get("load_average_end")
@@ -87,10 +97,10 @@ def _caption(result: dict) -> str:
 
 
 def rich_table(result: dict):
-    """The result's rows as a :class:`rich.table.Table`."""
+    """The result's rows as a :class:`rich.table.Table`, with :func:`caption` below."""
     from rich.table import Table
 
-    table = Table(title="deszoo bench", caption=_caption(result), show_lines=False)
+    table = Table(title="deszoo bench", caption=caption(result), show_lines=False)
     for name, justify in COLUMNS:
         table.add_column(name, justify=justify, no_wrap=name in ("scenario", "mode"))
     for row in result["rows"]:
@@ -173,7 +183,7 @@ def plot_scaling(result: dict, path: str | Path) -> Path:
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
             ax.legend(fontsize="small")
-    fig.suptitle(_caption(result), fontsize="small")
+    fig.suptitle(caption(result), fontsize="small")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
