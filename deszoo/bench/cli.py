@@ -203,8 +203,13 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         def tick(advance: int, description: str) -> None:
             progress.update(task, advance=advance, description=description)
 
-        result = run_matrix(matrix, progress=tick, label=args.label, command=command,
-                            configs=configs)
+        try:
+            result = run_matrix(matrix, progress=tick, label=args.label, command=command,
+                                configs=configs)
+        except KeyboardInterrupt:
+            progress.stop()
+            console.print("interrupted: no result written", highlight=False)
+            return 130
     if args.markdown:
         console.print(markdown_table(result["rows"]) + "\n\n" + caption(result),
                       highlight=False, markup=False, soft_wrap=True)
