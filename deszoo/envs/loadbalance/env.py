@@ -165,6 +165,7 @@ class LoadBalanceEnv(SimPyParallelEnv):
             route=self._route,
             on_wait=self._on_wait,
             on_lost=self._on_lost,
+            on_all_done=self.end_episode,
         )
         self._wait = Integrator(n_d)
         self._kind = [0] * n_d

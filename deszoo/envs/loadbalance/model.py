@@ -9,7 +9,8 @@ and the waiting room is full. A request that finds every pool full is blocked (l
 asking. Service times are exponential with a mean that depends on the request type and the
 pool. A waiting request abandons (reneges) after an exponential patience time; once service
 has started it stays. Optionally a share of the load (``background_rate``) arrives directly at
-the pools (proportional to their servers) and is never routed by a source.
+the pools (proportional to their servers) and is never routed by a source. Arrivals stop at
+``horizon``; ``on_all_done`` is called when the last request has left after that.
 
 Per-request bookkeeping runs as event callbacks rather than one generator process per request:
 a request *is* its :class:`simpy.resources.resource.Request` event (:class:`Call`), which halves
@@ -112,12 +113,15 @@ class LoadBalanceModel:
     route: Callable[[int, int], simpy.Event]
     on_wait: Callable[[int, int], None] = lambda d, delta: None
     on_lost: Callable[[int, int], None] = lambda d, kind: None
+    on_all_done: Callable[[], None] = lambda: None
     pools: list[Pool] = field(default_factory=list)
     arrivals: list[int] = field(default_factory=list)
     served: list[int] = field(default_factory=list)
     blocked: list[int] = field(default_factory=list)
     abandoned: list[int] = field(default_factory=list)
     total_wait: float = 0.0
+    in_system: int = 0  # requests waiting or in service
+    arrivals_over: bool = False
 
     def start(self) -> None:
         n_sources, n_types = self.type_mix.shape
@@ -145,15 +149,22 @@ class LoadBalanceModel:
             self.sim.process(self._source(d))
         if self.background_rate > 0:
             self.sim.process(self._background())
+        self.sim.process(self._closing())
 
     # ---- queries ------------------------------------------------------------------------
     def all_full(self) -> bool:
         return all(p.full() for p in self.pools)
 
-    def in_system(self) -> int:
-        return sum(p.busy + p.waiting for p in self.pools)
-
     # ---- arrival processes --------------------------------------------------------------
+    def _closing(self):
+        yield self.sim.timeout(self.horizon)
+        self.arrivals_over = True
+        self._check_done()
+
+    def _check_done(self) -> None:
+        if self.arrivals_over and not self.in_system:
+            self.on_all_done()
+
     def _source(self, d: int):
         sim, draw, horizon = self.sim, self.draw, self.horizon
         cum = np.cumsum(self.type_mix[d]).tolist()
@@ -161,7 +172,7 @@ class LoadBalanceModel:
         mean_gap = 1.0 / self.source_rate
         while True:
             yield sim.timeout(draw.exponential(mean_gap))
-            if sim.now > horizon:
+            if sim.now >= horizon:
                 return
             u = draw()
             kind = 0
@@ -184,7 +195,7 @@ class LoadBalanceModel:
         mean_gap = 1.0 / self.background_rate
         while True:
             yield sim.timeout(draw.exponential(mean_gap))
-            if sim.now > horizon:
+            if sim.now >= horizon:
                 return
             u = draw()
             k = 0
@@ -205,6 +216,7 @@ class LoadBalanceModel:
             return
         mean = pool.times[kind]
         call = Call(pool, source, kind, mean, self.sim.now)
+        self.in_system += 1
         if call.triggered:  # a free server: Resource granted the request on creation
             self._start(call)
             return
@@ -238,6 +250,9 @@ class LoadBalanceModel:
         if not pool.resource.users:
             pool.busy_work = 0.0
         self.served[call.source] += 1
+        self.in_system -= 1
+        if self.arrivals_over and not self.in_system:
+            self.on_all_done()
 
     def _patience_over(self, event: simpy.Event) -> None:
         call = event.value
@@ -253,3 +268,6 @@ class LoadBalanceModel:
         if call.source >= 0:
             self.on_wait(call.source, -1)
             self.on_lost(call.source, call.kind)
+        self.in_system -= 1
+        if self.arrivals_over and not self.in_system:
+            self.on_all_done()
