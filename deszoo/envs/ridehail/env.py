@@ -163,7 +163,9 @@ class RideHailEnv(SimPyParallelEnv):
         n = c["n_drivers"]
         self._driving = Integrator(n)
         self._obs_stamp = None
-        self._slots: list[list] = [[] for _ in range(n)]
+        # Per driver, the index in ``_open_list`` of the request in each slot (-1: none).
+        self._slot_req = np.full((n, self.config["request_slots"]), -1, dtype=np.int64)
+        self._open_list: list = []
         self.model = RideHailModel(
             self.sim,
             self.rng,
@@ -183,6 +185,8 @@ class RideHailEnv(SimPyParallelEnv):
             on_all_gone=self.end_episode,
         )
         self.model.start()
+        # Mean driving times depend on the configuration only; scale them once.
+        self._travel_n = np.minimum(1.0, self.model.travel / self._time_ref).astype(np.float32)
         self.sim.process(self._clock())
 
     # ---- decisions -------------------------------------------------------------------
@@ -210,7 +214,8 @@ class RideHailEnv(SimPyParallelEnv):
             if a == NOOP or not self.live[i]:
                 return
             if a <= k:
-                model.dispatch(i, self._slots[i][a - 1])  # False if another took it
+                # dispatch() refuses if another driver took the request in this step.
+                model.dispatch(i, self._open_list[self._slot_req[i, a - 1]])
             else:
                 model.reposition(i, a - 1 - k)
 
@@ -256,42 +261,47 @@ class RideHailEnv(SimPyParallelEnv):
         zones[:, :, 0] = np.minimum(1.0, np.bincount(origins, minlength=Z) / cref)
         zones[:, :, 1] = np.minimum(1.0, np.bincount(zone[idle], minlength=Z) / cref)
         zones[:, :, 2] = np.minimum(1.0, expected / cref)
-        zones[:, :, 3] = np.minimum(1.0, model.travel[zone] / tref)
-        # Request slots of the deciding drivers; the mask is refreshed to match them.
-        pending = list(self._pending)
-        if not pending:
+        zones[:, :, 3] = self._travel_n[zone]
+        # Request slots of the deciding drivers (vectorized over them); their masks are
+        # refreshed to match what they observe.
+        pending = np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
+        if not len(pending):
             return obs
-        mask = self.mask_buf
-        radius = c["pickup_radius"]
-        slots = obs[:, self._slot0 :].reshape(n, K, SLOT)
+        P = len(pending)
         own = zone[pending]
+        rows = self.mask_buf[pending]
+        rows[:] = 1
+        rows[np.arange(P), 1 + K + own] = 0
+        self._open_list = open_reqs
         if open_reqs:
+            R = len(open_reqs)
             dist = model.manhattan[own][:, origins].astype(np.float64)  # P x R
-            age = np.fromiter((r.time for r in open_reqs), dtype=np.float64)
-            dist[dist > radius] = np.inf
-            order = np.lexsort((age[None, :].repeat(len(pending), 0), dist), axis=1)
-            dest = np.fromiter((r.dest for r in open_reqs), dtype=np.int64)
-            trip = np.fromiter((r.trip_time for r in open_reqs), dtype=np.float64)
-            fare = np.fromiter((r.fare for r in open_reqs), dtype=np.float64)
-            patience = 1.5 * model.patience
-        for row, i in enumerate(pending):
-            chosen: list = []
-            if open_reqs:
-                take = [j for j in order[row, :K] if np.isfinite(dist[row, j])]
-                chosen = [open_reqs[j] for j in take]
-                if take:
-                    m = len(take)
-                    slots[i, :m, 0] = 1.0
-                    slots[i, :m, 1] = np.minimum(1.0, model.travel[own[row], origins[take]] / tref)
-                    slots[i, :m, 2] = np.minimum(1.0, trip[take] / tref)
-                    slots[i, :m, 3] = np.minimum(1.0, fare[take] / self._fare_ref)
-                    slots[i, :m, 4] = np.minimum(1.0, (now - age[take]) / patience)
-                    slots[i, :m, 5] = np.minimum(1.0, expected[dest[take]] / cref)
-            self._slots[i] = chosen
-            row_mask = mask[i]
-            row_mask[:] = 1
-            row_mask[1 + len(chosen) : 1 + K] = 0
-            row_mask[1 + K + own[row]] = 0
+            dist[dist > c["pickup_radius"]] = np.inf
+            made = np.fromiter((r.time for r in open_reqs), dtype=np.float64, count=R)
+            # Nearest pickup first, older request first on a tie.
+            order = np.lexsort((np.broadcast_to(made, (P, R)), dist), axis=1)[:, :K]
+            valid = np.isfinite(np.take_along_axis(dist, order, axis=1))  # a prefix per row
+            k = order.shape[1]
+            dest = np.fromiter((r.dest for r in open_reqs), dtype=np.int64, count=R)[order]
+            trip = np.fromiter((r.trip_time for r in open_reqs), dtype=np.float64, count=R)
+            fare = np.fromiter((r.fare for r in open_reqs), dtype=np.float64, count=R)
+            table = np.zeros((P, K, SLOT))
+            table[:, :k, 0] = 1.0
+            table[:, :k, 1] = model.travel[own[:, None], origins[order]] / tref
+            table[:, :k, 2] = trip[order] / tref
+            table[:, :k, 3] = fare[order] / self._fare_ref
+            table[:, :k, 4] = (now - made[order]) / (1.5 * model.patience)
+            table[:, :k, 5] = expected[dest] / cref
+            table[:, :k][~valid] = 0.0
+            np.minimum(table, 1.0, out=table)
+            obs[pending, self._slot0 :] = table.reshape(P, K * SLOT)
+            rows[:, 1 : 1 + k] = valid
+            rows[:, 1 + k : 1 + K] = 0
+            self._slot_req[pending] = -1
+            self._slot_req[pending, :k] = np.where(valid, order, -1)
+        else:
+            rows[:, 1 : 1 + K] = 0
+        self.mask_buf[pending] = rows
         return obs
 
     def _render_text(self) -> str:
