@@ -1,10 +1,13 @@
 """Vector backends: many SimPy envs sampled as one Gymnasium ``VectorEnv`` over agents.
 
->>> from deszoo.vector import make_vec
->>> vec = make_vec("jobshop_v0", 8, backend="shm", num_workers=2, preset="small")
->>> obs, infos = vec.reset()
->>> obs, rew, term, trunc, infos = vec.step(actions)   # actions: int array, (vec.num_envs,)
->>> vec.close()
+Example::
+
+    from deszoo.vector import make_vec
+
+    vec = make_vec("jobshop_v0", 8, backend="shm", num_workers=2, preset="small")
+    obs, infos = vec.reset()
+    obs, rew, term, trunc, infos = vec.step(actions)  # int array, shape (vec.num_envs,)
+    vec.close()
 
 Backends: ``roundrobin`` (one process), ``supersuit`` (SuperSuit's multiprocess
 vectorization, seeded correctly) and ``shm`` (our shared-memory workers, sync or async).
