@@ -55,7 +55,7 @@ Arguments:
     clearance (float): yellow plus all-red seconds when the phase changes.
 
 Presets: `small` (2x2 grid, light demand, 900 s), `default` (3x3, 1800 s), `large` (10x10
-grid, heavier demand, 1800 s: several hundred SimPy events per step).
+grid, heavier demand, 1800 s: about a thousand SimPy events per step).
 
 Version History:
     v0: initial release.
