@@ -25,6 +25,7 @@ from deszoo.bench.machine import (
     self_peak_rss_mb,
     usable_cores,
     worker_counts,
+    worker_pids,
 )
 from deszoo.bench.modes import RunStats, SerialSession, available_modes, is_in_process
 from deszoo.bench.modes import open_session as _open_session
@@ -271,6 +272,7 @@ def _run_row(config: Config, matrix: Matrix, tick: Progress, open_session: Calla
     reset_peak_rss()
     try:
         tick(0, f"{config.label}: starting")
+        before = set(worker_pids())  # e.g. a Ray cluster left by an earlier row
         t0 = time.perf_counter()
         session = open_session(work, config.mode, config.num_envs, config.num_workers or None)
         row["n_agents"] = session.n_agents
@@ -288,7 +290,7 @@ def _run_row(config: Config, matrix: Matrix, tick: Progress, open_session: Calla
             session.reset()
             done += 1
             tick(1, f"{config.label}: repeat {min(r + 2, matrix.repeats)}/{matrix.repeats}")
-        pids = session.worker_pids()
+        pids = [p for p in session.worker_pids() if p not in before]
         row["worker_processes"] = len(pids)
         worker_max, worker_sum, method = children_peak_rss_mb(pids)
     except Exception as exc:

@@ -130,9 +130,9 @@ ROW_FIELDS = [
     _f("parent_cpu_us_per_step", OPT_NUM, "Median parent CPU microseconds per env step.", True),
     _f("harness_us_per_step", OPT_NUM, "Median policy and logging microseconds per env step.",
        True),
-    _f("worker_processes", (int, type(None)), "Worker processes seen alive at the end of the "
-       "row (multiprocessing's resource tracker left out): a backend that runs in the parent "
-       "for some `num_workers` shows 0."),
+    _f("worker_processes", (int, type(None)), "Child processes started for this row and "
+       "alive at its end (multiprocessing's resource tracker left out): a backend that runs "
+       "in the parent for some `num_workers` shows 0."),
     _f("parent_peak_rss_mb", OPT_NUM, "Peak RSS of the parent during the row (MiB)."),
     _f("worker_peak_rss_mb", OPT_NUM, "Largest peak RSS of one worker (MiB), null if none."),
     _f("workers_peak_rss_mb_total", OPT_NUM, "Sum of the workers' peak RSS (MiB)."),
