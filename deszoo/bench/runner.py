@@ -9,6 +9,7 @@ then ``repeats`` timed runs of the row's whole work, each from a fresh ``reset(s
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import logging
 import math
 import statistics
@@ -269,6 +270,7 @@ def _run_row(config: Config, matrix: Matrix, tick: Progress, open_session: Calla
     stats: list[RunStats] = []
     done = 0
     session = None
+    gc.collect()  # the previous row's garbage is not this row's cost
     reset_peak_rss()
     try:
         tick(0, f"{config.label}: starting")
@@ -290,6 +292,9 @@ def _run_row(config: Config, matrix: Matrix, tick: Progress, open_session: Calla
             session.reset()
             done += 1
             tick(1, f"{config.label}: repeat {min(r + 2, matrix.repeats)}/{matrix.repeats}")
+        if len({s.reward_sum for s in stats}) > 1:
+            log.warning("%s: repeats gave different reward sums %s: the work is not "
+                        "deterministic", config.label, [s.reward_sum for s in stats])
         pids = [p for p in session.worker_pids() if p not in before]
         row["worker_processes"] = len(pids)
         worker_max, worker_sum, method = children_peak_rss_mb(pids)
