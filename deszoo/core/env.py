@@ -350,15 +350,15 @@ class SimPyParallelEnv(ParallelEnv):
             t = sim.peek()
             if pending and t > sim.now:
                 break
+            if t == float("inf"):  # nothing can happen any more: the model is finished
+                self._flush(sim.now)
+                self.end_episode()
+                break
             if t > limit:
                 if limit > sim.now:
                     sim.run(until=limit)
                 self._flush(limit)
                 self._truncate()
-                break
-            if t == float("inf"):
-                self._flush(sim.now)
-                self.end_episode()
                 break
             sim.step()
             count += 1
@@ -393,7 +393,7 @@ class SimPyParallelEnv(ParallelEnv):
                     self.mask_buf[i] = 0
                     self.mask_buf[i, NOOP] = 1
                 self._observe(i, self.obs_buf[i])
-        self.agents = [a for a, alive in zip(self.possible_agents, self.live) if alive]
+        self.agents = [a for a, alive in zip(self.possible_agents, self.live, strict=True) if alive]
 
     def _check_action(self, name: str, action: Any) -> int:
         if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):

@@ -6,18 +6,25 @@ machine with the least outstanding work. When a machine becomes free and has wor
 it is at a decision point (decisions are asynchronous: machines free up at different
 times).
 
-| Item | Value |
-|---|---|
-| Import | `from deszoo.envs import jobshop_v0` / `deszoo.make("jobshop_v0")` |
-| Agents | `machine_0` .. `machine_{n_machines-1}` |
-| Action space | `Discrete(queue_slots + 1)`: `0` no-op, `k` runs the operation in queue slot `k-1` (queue in arrival order) |
-| Action mask | deciding: slots holding an operation; not deciding: only `0` |
-| Observation space | `Box(-1, 1, (4 + 6 * queue_slots,), float32)` |
-| Observation | `[busy, remaining busy time / p_max, queue length / slots, shop WIP / (slots * machines)]` (each capped at 1), then per slot `[present, p / p_max, waited / (4 p_max), slack / (4 p_max) in [-1, 1], weight / 4, ops left / max_ops]` |
-| Reward | `flowtime`: minus the weighted number of jobs queued at or running on the machine, integrated over the step's simulated interval, divided by `p_max`. `tardiness`: minus `weight * tardiness / p_max` of each job whose last operation the machine finishes |
-| Termination | all `n_jobs` jobs are finished |
-| Truncation | `max_steps` env steps (default 1000) or `max_time` simulated time |
-| Heuristic | `heuristic(obs, mask)`: weighted shortest processing time (WSPT) |
+=================  ======================================================================
+Import             ``from deszoo.envs import jobshop_v0`` / ``deszoo.make("jobshop_v0")``
+Agents             ``machine_0`` .. ``machine_{n_machines-1}``
+Action space       ``Discrete(queue_slots + 1)``: ``0`` no-op, ``k`` runs the operation in
+                   queue slot ``k-1`` (the queue is in arrival order)
+Action mask        deciding: the occupied slots (``0`` is not allowed); not deciding: ``0``
+Observation space  ``Box(-1, 1, (4 + 6 * queue_slots,), float32)``
+Observation        ``[busy, remaining busy time / p_max, queue length / slots, shop WIP /
+                   (slots * machines)]`` (each capped at 1), then per slot ``[present,
+                   p / p_max, waited / (4 p_max), slack / (4 p_max) clipped to [-1, 1],
+                   weight / 4, ops left / max_ops]`` (zeros for empty slots)
+Reward             ``flowtime``: minus the weighted number of jobs queued at or running on
+                   the machine, integrated over the step's simulated interval, / ``p_max``.
+                   ``tardiness``: minus ``weight * tardiness / p_max`` of each job whose
+                   last operation the machine finishes
+Termination        all ``n_jobs`` jobs are finished
+Truncation         ``max_steps`` env steps (default 1000) or ``max_time`` simulated time
+Heuristic          ``heuristic(obs, mask)``: weighted shortest processing time (WSPT)
+=================  ======================================================================
 
 Arguments:
     n_machines (int): machines, one agent each.

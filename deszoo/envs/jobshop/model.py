@@ -9,8 +9,8 @@ its queue is not empty it asks ``choose(m)`` which queued operation to run next.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import simpy
