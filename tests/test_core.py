@@ -125,3 +125,19 @@ def test_integrator_books_piecewise_constant_area():
     integ.set(2.0, 1, 1.0)
     np.testing.assert_allclose(integ.take(4.0), [2 * 2 + 3 * 1, 2.0])
     np.testing.assert_allclose(integ.take(5.0), [3.0, 1.0])
+
+
+def test_episode_ends_when_the_last_agent_leaves():
+    class Forever(Toy):
+        def _build(self):
+            super()._build()
+            self.sim.process(self._tick())
+
+        def _tick(self):
+            while True:  # a model process that never stops by itself
+                yield self.sim.timeout(1.0)
+
+    env = Forever(schedule=((1.0,),), leave_at=(0, 1.5))
+    env.reset(seed=0)
+    _, _, term, trunc, _ = env.step({"a0": 1})
+    assert term == {"a0": True} and trunc == {"a0": False} and env.agents == []

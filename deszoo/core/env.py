@@ -151,7 +151,12 @@ class SimPyParallelEnv(ParallelEnv):
         raise NotImplementedError
 
     def _observe(self, i: int, out: np.ndarray) -> None:
-        """Write agent ``i``'s observation into ``out`` (a row of ``obs_buf``)."""
+        """Write live agent ``i``'s observation into ``out`` (a row of ``obs_buf``).
+
+        Called at the end of every step and reset, after ``mask_buf[i]`` is final for the
+        step (a deciding agent's mask as the model set it, else the no-op mask), so a model
+        may refine a deciding agent's mask here from the same state it observes.
+        """
         raise NotImplementedError
 
     def _flush(self, until: float) -> None:
@@ -197,6 +202,8 @@ class SimPyParallelEnv(ParallelEnv):
         event = self._pending.pop(i, None)
         if event is not None:
             event.succeed(NOOP)
+        if not self.live.any():  # nobody is left to decide: the episode is over
+            self._over = True
 
     def needs_action(self, i: int) -> bool:
         return i in self._pending
