@@ -253,3 +253,25 @@ def test_interpreter_exit_with_unclosed_vec_envs():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
     assert time.monotonic() - start < 30
+
+
+def test_restart_after_hang():
+    """shm restart: a worker that hangs past the timeout is replaced; the others' results stay."""
+    vec = make_vec(toy(fail_at=2, fail_kind="hang", fail_seed=12, hang_s=60.0), 4, seed=10,
+                   backend="shm", num_workers=2, on_error="restart", timeout=0.5)
+    ref = make_vec(toy(), 4, seed=10, backend="roundrobin")
+    try:
+        _, infos = vec.reset()
+        _, ref_infos = ref.reset()
+        for _ in range(2):
+            acts = legal_last(infos["action_mask"])
+            obs, rew, term, trunc, infos = vec.step(acts)
+            ref_obs, *_ = ref.step(acts)
+        # Env 2 hung on its second step: worker 1 (envs 2, 3) was rebuilt.
+        assert infos["restarted"][6:].all() and trunc[6:].all()
+        assert not infos["restarted"][:6].any()
+        np.testing.assert_array_equal(obs[:6], ref_obs[:6])
+        step_n(vec, infos, 5)
+    finally:
+        vec.close()
+        ref.close()

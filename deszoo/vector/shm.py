@@ -38,11 +38,16 @@ __all__ = ["ShmVecEnv"]
 
 log = logging.getLogger(__name__)
 
-# Commands (parent -> worker, one byte).
-STEP, STEP_SAME, RESET, CLOSE = b"S", b"T", b"R", b"C"
+# Commands (parent -> worker, one byte). Sync steps (upper case) are answered by the last
+# worker to finish only; async steps (lower case) and resets by every worker.
+STEP, STEP_SAME, ASTEP, ASTEP_SAME, RESET, CLOSE = b"S", b"T", b"s", b"t", b"R", b"C"
+SYNC_COMMANDS = {STEP: False, STEP_SAME: True}
+ASYNC_COMMANDS = {ASTEP: False, ASTEP_SAME: True}
 # Answers (worker -> parent): worker index, status, generation.
 MSG = struct.Struct("<HBxI")
-BOOTED, DONE, FAILED = 0, 1, 2
+BOOTED, DONE, FAILED, ALL_DONE = 0, 1, 2, 3
+# Sync-step flags in the control block, one per worker (slot 0 counts workers still busy).
+BUSY, FINISHED, FINISHED_FAILED, RESTARTED = 0, 1, 2, 3
 
 
 def _worker_main(
@@ -57,6 +62,8 @@ def _worker_main(
     cmd: Any,
     results: Any,
     msgs: Any,
+    control: Any,
+    lock: Any,
     inherited: list,
 ) -> None:
     """Body of a worker process: build the envs, then serve commands until told to close."""
@@ -77,6 +84,7 @@ def _worker_main(
         msgs.send([("build", -1, type(exc).__name__, str(exc), traceback.format_exc())])
         answer(FAILED)
         return
+    ctl = np.frombuffer(control, dtype=np.int64)
     answer(BOOTED)
     fd = cmd.fileno()
     while True:
@@ -84,10 +92,23 @@ def _worker_main(
             command = os.read(fd, 1)
         except OSError:
             return
-        if command == STEP:
-            failures = group.step(False)
-        elif command == STEP_SAME:
-            failures = group.step(True)
+        same = SYNC_COMMANDS.get(command)
+        if same is not None:
+            # Sync step: count down; only the last worker wakes the parent (one wake-up per
+            # batch step, whatever the number of workers). Failures wait in ``msgs``.
+            failures = group.step(same)
+            if failures:
+                msgs.send(failures)
+            with lock:
+                ctl[1 + index] = FINISHED_FAILED if failures else FINISHED
+                ctl[0] -= 1
+                last = ctl[0] == 0
+            if last:
+                answer(ALL_DONE)
+            continue
+        same = ASYNC_COMMANDS.get(command)
+        if same is not None:
+            failures = group.step(same)
         elif command == RESET:
             failures = group.reset(msgs.recv())
         else:  # CLOSE, or EOF: the parent is gone
@@ -205,8 +226,15 @@ class ShmVecEnv(DeszooVecEnv):
         self._ctx = mp.get_context(start_method)
         self.start_method = self._ctx.get_start_method()
         self._batch_workers = batch // per if batch != sims else num_workers
-        self._step_cmd = STEP_SAME if self.autoreset_mode.value == "SameStep" else STEP
+        same = self.autoreset_mode.value == "SameStep"
+        self._step_cmd = STEP_SAME if same else STEP
+        self._astep_cmd = ASTEP_SAME if same else ASTEP
         self._memory = self._ctx.RawArray("B", self.layout.nbytes())
+        self._control = self._ctx.RawArray("q", 1 + num_workers)
+        self._ctl = np.frombuffer(self._control, dtype=np.int64)
+        self._lock = self._ctx.Lock()
+        self._sync_step = False  # a sync step is in flight
+        self._sync_done = False
         self._bufs = Buffers(self.layout, self._memory)
         self._results_r, self._results_w = self._ctx.Pipe(duplex=False)
         self._results_fd = self._results_r.fileno()
@@ -258,7 +286,8 @@ class ShmVecEnv(DeszooVecEnv):
             name=f"deszoo-shm-{w.index}",
             args=(
                 w.index, w.generation, self.sim_spec.factory, self._memory, self.layout,
-                w.first, w.count, reset_seeds, cmd_r, self._results_w, msgs_child, inherited,
+                w.first, w.count, reset_seeds, cmd_r, self._results_w, msgs_child,
+                self._control, self._lock, inherited,
             ),
             daemon=True,
         )
@@ -330,7 +359,7 @@ class ShmVecEnv(DeszooVecEnv):
                 was_busy = w.index in self._inflight
                 self._restart(w)
                 if was_busy:
-                    self._ready.append(w.index)
+                    self._finished_for(w.index)
                 else:
                     self._restart_report.add(w.index)
                 continue
@@ -348,6 +377,9 @@ class ShmVecEnv(DeszooVecEnv):
                 continue  # from a worker that was replaced
             if status == BOOTED:
                 self._booted.add(index)
+                continue
+            if status == ALL_DONE:
+                self._sync_done = True
                 continue
             if status == FAILED:
                 info = w.msgs.recv()
@@ -368,15 +400,53 @@ class ShmVecEnv(DeszooVecEnv):
     def _on_timeout(self, booting: set[int]) -> None:
         stuck = sorted(self._inflight | booting)
         names = ", ".join(self._workers[i].describe() for i in stuck)
+        if self._sync_step:
+            stuck = sorted(set(stuck) & {i for i in stuck if self._ctl[1 + i] == BUSY})
+            names = ", ".join(self._workers[i].describe() for i in stuck)
         if self.on_error == "restart" and not booting:
             for i in stuck:
                 self._restart(self._workers[i])
-                self._ready.append(i)
+                self._finished_for(i)
             return
         self._fail(WorkerTimeoutError(
             f"no answer within timeout={self.timeout:g} s from {names}; "
             "the vector env cannot go on: close() it"
         ))
+
+    def _finished_for(self, i: int) -> None:
+        """Count worker ``i`` (just rebuilt) as done with the step in flight."""
+        if not self._sync_step:
+            self._inflight.discard(i)
+            self._ready.append(i)
+            return
+        with self._lock:
+            if self._ctl[1 + i] == BUSY:
+                self._ctl[0] -= 1
+            self._ctl[1 + i] = RESTARTED
+            if self._ctl[0] == 0:
+                self._sync_done = True
+
+    def _wait_sync(self) -> None:
+        """Wait for the last worker of a sync step, then collect failures by flag."""
+        deadline = time.monotonic() + self.timeout
+        while not self._sync_done:
+            self._poll(deadline)
+        self._sync_step = False
+        self._inflight.clear()
+        failures = []
+        flags = self._ctl[1:]
+        if (flags == FINISHED).all():
+            return
+        for w in self._workers:
+            if flags[w.index] != FINISHED_FAILED:
+                continue
+            found = w.msgs.recv()
+            if self.on_error == "restart":
+                self._restart(w)
+            else:
+                failures.extend(found)
+        if failures:
+            self._raise_failures(failures)
 
     def _fail(self, exc: Exception) -> None:
         self._state = State.FAILED
@@ -398,6 +468,14 @@ class ShmVecEnv(DeszooVecEnv):
     def _drain(self) -> None:
         """Wait for every in-flight worker and drop their answers (before a reset)."""
         deadline = time.monotonic() + self.timeout
+        if self._sync_step:  # a sync step was interrupted: its workers answer as one
+            while not self._sync_done:
+                self._poll(deadline)
+            self._sync_step = False
+            self._inflight.clear()
+            for w in self._workers:
+                if self._ctl[1 + w.index] == FINISHED_FAILED:
+                    w.msgs.recv()
         while self._inflight:
             self._poll(deadline)
         self._failures = []
@@ -417,7 +495,7 @@ class ShmVecEnv(DeszooVecEnv):
                 report.discard(i)
                 self._mark_restarted(self._bufs, list(w.sims))
                 self._any_restarted = True
-                self._ready.append(i)
+                self._finished_for(i)
                 continue
             inflight.add(i)
             try:
@@ -459,8 +537,11 @@ class ShmVecEnv(DeszooVecEnv):
                 "step() needs sync mode (batch_size == num_envs); in async mode use send/recv"
             )
         self._check_actions(actions, self._bufs.act)
+        self._ctl[:] = BUSY
+        self._ctl[0] = self.num_workers
+        self._sync_step, self._sync_done = True, False
         self._send(self._all_workers, self._step_cmd)
-        self._wait(self.num_workers)
+        self._wait_sync()
         self._ready.clear()
         return self._results(self._bufs)
 
@@ -502,7 +583,7 @@ class ShmVecEnv(DeszooVecEnv):
         self._check_actions(actions, scratch)
         self._bufs.act[rows] = scratch
         ws, self._last, self._last_rows = self._last, None, None
-        self._send(ws, self._step_cmd)
+        self._send(ws, self._astep_cmd)
 
     # ---- extras ---------------------------------------------------------------------
     def worker_pids(self) -> list[int]:
@@ -511,3 +592,6 @@ class ShmVecEnv(DeszooVecEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self._finalizer()
+        # Under spawn the lock is a named semaphore in /dev/shm until its last reference
+        # goes; drop ours so close() leaves nothing behind.
+        self._lock = None
