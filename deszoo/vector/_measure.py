@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import sys
 import time
@@ -30,6 +31,30 @@ SCENARIOS = {
     "light": ("jobshop_v0", {}),
     "heavy": ("traffic_v0", {"preset": "large"}),
 }
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+
+
+def free_cores(seconds: float = 1.0, procs: int = 2) -> float:
+    """CPU seconds per wall second that ``procs`` spinning processes get: cores free now."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    workers = [ctx.Process(target=_spin, args=(seconds,)) for _ in range(procs)]
+    c0 = os.times()
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - start
+    c1 = os.times()
+    return (c1.children_user - c0.children_user + c1.children_system - c0.children_system) / wall
 
 
 def plain_loop(name: str, kwargs: dict, num_envs: int, seconds: float) -> dict[str, float]:
@@ -89,7 +114,10 @@ def run_vec(vec: Any, seconds: float, warmup: int = 20, profile: bool = False) -
 
 
 def measure(which: list[str], num_envs: int, seconds: float, profile: bool) -> list[str]:
-    lines = []
+    lines = [
+        f"load average {os.getloadavg()[0]:.2f}; 2 spinning processes got "
+        f"{free_cores():.2f} cores (2.00 = an idle 2-core machine)"
+    ]
     for key in which:
         name, kwargs = SCENARIOS[key]
         lines.append(f"== {key}: {name} {kwargs}, {num_envs} envs, {seconds:g} s per backend")
@@ -129,6 +157,7 @@ def measure(which: list[str], num_envs: int, seconds: float, profile: bool) -> l
                 f"times): {r['profiled_us_per_vec_step']:.1f} us per vec step"
             )
             lines.append(r["profile"])
+    lines.append(f"after: 2 spinning processes got {free_cores():.2f} cores")
     return lines
 
 
