@@ -275,3 +275,27 @@ def test_restart_after_hang():
     finally:
         vec.close()
         ref.close()
+
+
+def test_interrupted_step_is_finished_by_the_next_call():
+    """A step interrupted while waiting (Ctrl-C) does not confuse the next one."""
+    vec = make_vec(toy(), 4, seed=1, backend="shm", num_workers=2)
+    ref = make_vec(toy(), 4, seed=1, backend="roundrobin")
+    try:
+        _, infos = vec.reset()
+        ref.reset()
+        acts = legal_last(infos["action_mask"])
+        original = vec._wait_sync
+        vec._wait_sync = lambda: (_ for _ in ()).throw(KeyboardInterrupt)
+        with pytest.raises(KeyboardInterrupt):
+            vec.step(acts)
+        vec._wait_sync = original
+        *_, ref_infos = ref.step(acts)
+        acts = legal_last(ref_infos["action_mask"])
+        # The next step first waits for the interrupted one, then runs its own.
+        np.testing.assert_array_equal(vec.step(acts)[0], ref.step(acts)[0])
+        obs, infos = vec.reset(seed=3)
+        np.testing.assert_array_equal(obs, ref.reset(seed=3)[0])
+    finally:
+        vec.close()
+        ref.close()
