@@ -14,6 +14,7 @@ See docs/training.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import numpy as np
@@ -109,8 +110,11 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
     return net
 
 
-def evaluate(net: ActorCritic, name: str, seeds=range(10_000, 10_020), **kw) -> np.ndarray:
-    """Greedy policy, one episode per held-out seed; each episode's return over agents."""
+def evaluate(policy, name: str, seeds=range(10_000, 10_020), **kw) -> np.ndarray:
+    """One episode per held-out seed of ``policy(obs, mask) -> actions`` (all rows at once).
+
+    Returns each episode's return, summed over agents.
+    """
     seeds = list(seeds)
     vec = make_vec(name, len(seeds), backend="roundrobin", autoreset_mode="SameStep", **kw)
     try:
@@ -118,9 +122,10 @@ def evaluate(net: ActorCritic, name: str, seeds=range(10_000, 10_020), **kw) -> 
         obs, infos = vec.reset(seed=seeds)
         returns, done = np.zeros(sims), np.zeros(sims, dtype=bool)
         while not done.all():
-            obs, rew, _, _, infos = vec.step(net.act(obs, infos["action_mask"], greedy=True))
+            actions = np.asarray(policy(obs, infos["action_mask"].astype(bool)), dtype=np.int64)
+            obs, rew, _, _, infos = vec.step(actions)
             returns += np.where(done, 0.0, rew.reshape(sims, n).sum(axis=1))
-            done |= infos["_final_obs"].reshape(sims, n).any(axis=1)
+            done |= infos["_final_obs"].reshape(sims, n).any(axis=1)  # ended (and reset)
     finally:
         vec.close()
     return returns
@@ -136,8 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     start = time.perf_counter()
     net = train(args.env, args.timesteps, args.num_envs, args.seed, preset=args.preset)
+    greedy = evaluate(functools.partial(net.act, greedy=True), args.env, preset=args.preset)
     print(f"trained in {time.perf_counter() - start:.1f} s; greedy mean return "
-          f"{evaluate(net, args.env, preset=args.preset).mean():.1f}")
+          f"{greedy.mean():.1f} over 20 held-out seeds")
 
 
 if __name__ == "__main__":
