@@ -62,6 +62,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--warmup", type=float, metavar="F",
                    help="untimed warm-up as a fraction of a row's steps (default 0.1)")
     b.add_argument("--seed", type=int, help="env and policy seed (default 0)")
+    b.add_argument("--no-interleave", action="store_true",
+                   help="run rows one after another instead of alternating their repeats")
     b.add_argument("--out", type=Path, metavar="FILE.json", help="write the result here")
     b.add_argument("--plot", type=Path, metavar="FILE.png", help="write the scaling plot here")
     b.add_argument("--label", help="a name for this machine, stored in the result")
@@ -135,6 +137,7 @@ def _matrix(args: argparse.Namespace):
                         ("seed", args.seed)):
         if value is not None:
             setattr(matrix, attr, value)
+    matrix.interleave = not args.no_interleave
     matrix.__post_init__()
     if not matrix.scenarios:
         raise ConfigError("no scenario to run: none of the registered scenarios imports")

@@ -6,11 +6,13 @@ import os
 import platform
 import resource
 import sys
+import time
 from importlib import metadata
 
 __all__ = [
     "PACKAGES",
     "children_peak_rss_mb",
+    "free_cores",
     "child_pids",
     "load_average",
     "machine_record",
@@ -63,6 +65,35 @@ def load_average() -> list[float] | None:
         return None
 
 
+def _spin(seconds: float, conn) -> None:
+    cpu0 = time.process_time()
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+    conn.send(time.process_time() - cpu0)
+    conn.close()
+
+
+def free_cores(seconds: float = 0.25) -> float | None:
+    """How many cores are free now: one spinning process per usable core for ``seconds``;
+    the CPU time they got over the wall time. About ``usable_cores()`` on an idle machine,
+    less when other processes compete. ``None`` if processes cannot be started."""
+    try:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else None)
+        pipes = [ctx.Pipe(duplex=False) for _ in range(usable_cores())]
+        procs = [ctx.Process(target=_spin, args=(seconds, w), daemon=True) for _, w in pipes]
+        for p in procs:
+            p.start()
+        got = sum(r.recv() for r, _ in pipes)
+        for p in procs:
+            p.join(timeout=5)
+        return round(got / seconds, 2)
+    except Exception:  # a probe must never stop a benchmark
+        return None
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)
@@ -84,6 +115,8 @@ def machine_record(label: str | None = None) -> dict:
         "packages": {p: _version(p) for p in PACKAGES},
         "load_average_start": load_average(),
         "load_average_end": None,
+        "free_cores_start": free_cores(),
+        "free_cores_end": None,
     }
 
 

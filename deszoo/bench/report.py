@@ -88,6 +88,9 @@ def caption(result: dict) -> str:
     loads = ""
     if load and load_end:
         loads = f", load {load[0]:.2f} -> {load_end[0]:.2f}"
+    free, free_end = m.get("free_cores_start"), m.get("free_cores_end")
+    if free is not None and free_end is not None:
+        loads += f", free cores {free:.1f} -> {free_end:.1f}"
     steps = sorted({w["env_steps"] for w in result["works"].values()})
     return (
         f"{m['cpu_model']}, {m['usable_cores']} usable cores, Python {m['python']}{loads}; "

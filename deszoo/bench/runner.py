@@ -20,6 +20,7 @@ from typing import Any
 
 from deszoo.bench.machine import (
     children_peak_rss_mb,
+    free_cores,
     load_average,
     machine_record,
     reset_peak_rss,
@@ -88,6 +89,7 @@ class Matrix:
     suite: str = "custom"
     census: bool = True  # run serial untimed where a row has no serial reference
     work_list: list[Work] | None = None
+    interleave: bool = True  # alternate repeats between the rows of a (work, num_envs)
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
@@ -210,14 +212,18 @@ def run_matrix(
     machine = machine_record(label)
     configs = matrix.configs() if configs is None else configs
     tick = progress or (lambda advance, description: None)
+    groups: dict[tuple[str, int], list[Config]] = {}
+    for config in configs:
+        groups.setdefault((config.work.hash, config.num_envs), []).append(config)
     rows = []
     stats_of: dict[int, list[RunStats]] = {}
-    for config in configs:
-        row, stats = _run_row(config, matrix, tick, open_session)
-        stats_of[len(rows)] = stats
-        rows.append(row)
+    for group in groups.values():
+        for row, stats in _run_group(group, matrix, tick, open_session):
+            stats_of[len(rows)] = stats
+            rows.append(row)
     _derive(rows, stats_of, {c.work.hash: c.work for c in configs}, matrix, tick)
     machine["load_average_end"] = load_average()
+    machine["free_cores_end"] = free_cores()
     works = {c.work.hash: c.work.to_dict() for c in configs}
     result = {
         "schema": SCHEMA,
@@ -228,6 +234,7 @@ def run_matrix(
         "settings": {
             "repeats": matrix.repeats,
             "warmup_fraction": matrix.warmup_fraction,
+            "interleave": matrix.interleave,
             "modes": list(dict.fromkeys(c.mode for c in configs)),
             "num_envs": sorted({c.num_envs for c in configs}),
             "num_workers": sorted({c.num_workers for c in configs}),
@@ -245,9 +252,9 @@ def total_units(matrix: Matrix, configs: list[Config] | None = None) -> int:
     return len(configs) * (1 + matrix.repeats)
 
 
-def _run_row(config: Config, matrix: Matrix, tick: Progress, open_session: Callable):
+def _new_row(config: Config, matrix: Matrix) -> dict[str, Any]:
     work = config.work
-    row: dict[str, Any] = {
+    return {
         "scenario": work.scenario,
         "preset": work.preset,
         "mode": config.mode,
@@ -266,61 +273,131 @@ def _run_row(config: Config, matrix: Matrix, tick: Progress, open_session: Calla
         "cpu_s": [],
         "harness_s": [],
         "worker_processes": None,
+        "parent_peak_rss_mb": None,
+        "worker_peak_rss_mb": None,
+        "workers_peak_rss_mb_total": None,
+        "rss_method": "none",
     }
-    stats: list[RunStats] = []
-    done = 0
-    session = None
-    gc.collect()  # the previous row's garbage is not this row's cost
-    reset_peak_rss()
-    try:
-        tick(0, f"{config.label}: starting")
-        before = set(worker_pids())  # e.g. a Ray cluster left by an earlier row
-        t0 = time.perf_counter()
-        session = open_session(work, config.mode, config.num_envs, config.num_workers or None)
-        row["n_agents"] = session.n_agents
-        session.reset()
-        row["setup_s"] = round(time.perf_counter() - t0, 4)
-        warm = math.ceil(session.steps_per_env * matrix.warmup_fraction)
-        if warm:
-            session.run(warm)
-            session.reset()
-        row["warmup_steps"] = warm
-        tick(1, f"{config.label}: repeat 1/{matrix.repeats}")
-        done = 1
-        for r in range(matrix.repeats):
-            stats.append(session.run())
-            session.reset()
-            done += 1
-            tick(1, f"{config.label}: repeat {min(r + 2, matrix.repeats)}/{matrix.repeats}")
-        if len({s.reward_sum for s in stats}) > 1:
-            log.warning("%s: repeats gave different reward sums %s: the work is not "
-                        "deterministic", config.label, [s.reward_sum for s in stats])
-        pids = [p for p in session.worker_pids() if p not in before]
-        row["worker_processes"] = len(pids)
-        worker_max, worker_sum, method = children_peak_rss_mb(pids)
-    except Exception as exc:
-        log.warning("%s failed: %s: %s", config.label, type(exc).__name__, exc)
-        row.update(status="error", error=f"{type(exc).__name__}: {exc}")
-        tick(1 + matrix.repeats - done, f"{config.label}: failed")
-        stats = []
-        worker_max = worker_sum = None
-        method = "none"
-    finally:
-        if session is not None:
+
+
+class _Slot:
+    """One row while it runs: its config, session, results and progress."""
+
+    def __init__(self, config: Config, matrix: Matrix):
+        self.config = config
+        self.row = _new_row(config, matrix)
+        self.session = None
+        self.stats: list[RunStats] = []
+        self.pids: list[int] = []
+        self.units = 0  # progress units reported so far
+
+    @property
+    def ok(self) -> bool:
+        return self.row["status"] == "ok"
+
+    def fail(self, exc: BaseException, matrix: Matrix, tick: Progress) -> None:
+        label = self.config.label
+        log.warning("%s failed: %s: %s", label, type(exc).__name__, exc)
+        self.row.update(status="error", error=f"{type(exc).__name__}: {exc}")
+        self.stats = []
+        self.close()
+        tick(1 + matrix.repeats - self.units, f"{label}: failed")
+        self.units = 1 + matrix.repeats
+
+    def close(self) -> None:
+        if self.session is not None:
+            session, self.session = self.session, None
             try:
                 session.close()
             except Exception as exc:  # a failed close must not hide the row's figures
-                log.warning("%s: close() failed: %s", config.label, exc)
-    row["parent_peak_rss_mb"] = round(self_peak_rss_mb(), 1)
-    row["worker_peak_rss_mb"] = _round(worker_max, 1)
-    row["workers_peak_rss_mb_total"] = _round(worker_sum, 1)
-    row["rss_method"] = method
-    if stats:
+                log.warning("%s: close() failed: %s", self.config.label, exc)
+
+
+def _open(slot: _Slot, matrix: Matrix, tick: Progress, open_session: Callable) -> None:
+    """Build, reset and warm up one row's session (untimed)."""
+    config = slot.config
+    tick(0, f"{config.label}: starting")
+    before = set(worker_pids())  # e.g. a Ray cluster left by an earlier row
+    t0 = time.perf_counter()
+    slot.session = session = open_session(
+        config.work, config.mode, config.num_envs, config.num_workers or None
+    )
+    slot.row["n_agents"] = session.n_agents
+    session.reset()
+    slot.row["setup_s"] = round(time.perf_counter() - t0, 4)
+    warm = math.ceil(session.steps_per_env * matrix.warmup_fraction)
+    if warm:
+        session.run(warm)
+        session.reset()
+    slot.row["warmup_steps"] = warm
+    slot.pids = [p for p in session.worker_pids() if p not in before]
+    slot.units = 1
+    tick(1, f"{config.label}: warmed up")
+
+
+def _repeat(slot: _Slot, r: int, matrix: Matrix, tick: Progress) -> None:
+    slot.stats.append(slot.session.run())
+    slot.session.reset()
+    slot.units += 1
+    tick(1, f"{slot.config.label}: repeat {r + 1}/{matrix.repeats}")
+
+
+def _finish(slot: _Slot, parent_peak: float) -> tuple[dict, list[RunStats]]:
+    row, stats = slot.row, slot.stats
+    row["parent_peak_rss_mb"] = round(parent_peak, 1)
+    if slot.ok:
+        if len({s.reward_sum for s in stats}) > 1:
+            log.warning("%s: repeats gave different reward sums %s: the work is not "
+                        "deterministic", slot.config.label, [s.reward_sum for s in stats])
+        row["worker_processes"] = len(slot.pids)
+        worker_max, worker_sum, method = children_peak_rss_mb(slot.pids)
+        row["worker_peak_rss_mb"] = _round(worker_max, 1)
+        row["workers_peak_rss_mb_total"] = _round(worker_sum, 1)
+        row["rss_method"] = method
         row["env_steps"] = stats[0].env_steps
         row["wall_s"] = [round(s.wall_s, 6) for s in stats]
         row["cpu_s"] = [round(s.cpu_s, 6) for s in stats]
         row["harness_s"] = [round(s.harness_s, 6) for s in stats]
     return row, stats
+
+
+def _run_group(
+    configs: list[Config], matrix: Matrix, tick: Progress, open_session: Callable
+) -> list[tuple[dict, list[RunStats]]]:
+    """Run rows that share a work and ``num_envs``.
+
+    Interleaved (the default): every session is opened and warmed up first, then the
+    repeats alternate between them (repeat 1 of every row, then repeat 2, ...), so a change
+    in the machine's load hits every mode alike. The parent's peak RSS is then the group's.
+    Otherwise one row after another, each with its own parent peak.
+    """
+    slots = [_Slot(c, matrix) for c in configs]
+    out: list[tuple[dict, list[RunStats]]] = []
+    batches = [slots] if matrix.interleave else [[s] for s in slots]
+    try:
+        for batch in batches:
+            gc.collect()  # the previous rows' garbage is not these rows' cost
+            reset_peak_rss()
+            for slot in batch:
+                try:
+                    _open(slot, matrix, tick, open_session)
+                except Exception as exc:
+                    slot.fail(exc, matrix, tick)
+            for r in range(matrix.repeats):
+                for slot in batch:
+                    if slot.ok:
+                        try:
+                            _repeat(slot, r, matrix, tick)
+                        except Exception as exc:
+                            slot.fail(exc, matrix, tick)
+            parent_peak = self_peak_rss_mb()
+            out.extend(_finish(slot, parent_peak) for slot in batch)
+            for slot in batch:
+                slot.close()
+    finally:
+        for slot in slots:
+            slot.close()
+    return out
 
 
 def _round(x: float | None, digits: int) -> float | None:

@@ -64,8 +64,9 @@ FIELDS = [
     _f("command", str, "The command line that produced the file."),
     _f("suite", str, "`quick`, `standard` (the leaderboard's), `autotune` or `custom`."),
     _f("machine", dict, "Where it ran; see the machine table."),
-    _f("settings", dict, "How it was measured: `repeats`, `warmup_fraction`, `modes`, "
-       "`num_envs`, `num_workers` that ran."),
+    _f("settings", dict, "How it was measured: `repeats`, `warmup_fraction`, `interleave` "
+       "(repeats alternated between the rows of a work and `num_envs`), and the `modes`, "
+       "`num_envs` and `num_workers` that ran."),
     _f("works", dict, "Every work definition used, keyed by its work hash; see the work table."),
     _f("work_hash", str, "Hash of the sorted work hashes of all rows: equal files did equal work."),
     _f("rows", list, "One entry per configuration; see the row table."),
@@ -84,6 +85,9 @@ MACHINE_FIELDS = [
        "ray (null: not installed)."),
     _f("load_average_start", (list, type(None)), "1/5/15-minute load average before the run."),
     _f("load_average_end", (list, type(None)), "The same after the run: a busy machine shows."),
+    _f("free_cores_start", OPT_NUM, "Cores free before the run: CPU time that one spinning "
+       "process per usable core got in 0.25 s, over 0.25 s (about `usable_cores` when idle)."),
+    _f("free_cores_end", OPT_NUM, "The same after the run."),
 ]
 
 WORK_FIELDS = [
@@ -133,7 +137,8 @@ ROW_FIELDS = [
     _f("worker_processes", (int, type(None)), "Child processes started for this row and "
        "alive at its end (multiprocessing's resource tracker left out): a backend that runs "
        "in the parent for some `num_workers` shows 0."),
-    _f("parent_peak_rss_mb", OPT_NUM, "Peak RSS of the parent during the row (MiB)."),
+    _f("parent_peak_rss_mb", OPT_NUM, "Peak RSS of the parent (MiB) during the row, or "
+       "with `interleave` during its group (every row of its work and `num_envs`)."),
     _f("worker_peak_rss_mb", OPT_NUM, "Largest peak RSS of one worker (MiB), null if none."),
     _f("workers_peak_rss_mb_total", OPT_NUM, "Sum of the workers' peak RSS (MiB)."),
     _f("rss_method", str, "`proc` (VmHWM per process), `rusage` (getrusage) or `none`."),
