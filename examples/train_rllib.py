@@ -17,17 +17,26 @@ import argparse
 import time
 
 import numpy as np
-import torch
 from gymnasium import spaces
 from pettingzoo.utils.wrappers import BaseParallelWrapper
-from ray.rllib.algorithms.ppo import PPOConfig
-from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
-from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
-from ray.rllib.examples.rl_modules.classes.action_masking_rlm import ActionMaskingTorchRLModule
-from ray.tune.registry import register_env
 
 import deszoo
+
+try:
+    import torch
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
+    from ray.rllib.examples.rl_modules.classes.action_masking_rlm import (
+        ActionMaskingTorchRLModule,
+    )
+    from ray.tune.registry import register_env
+except ImportError as exc:  # the extra is missing
+    raise SystemExit(
+        f"train_rllib.py needs RLlib and torch ({exc}); install them in their own venv: "
+        "pip install torch==2.13.0 -e '.[rllib]' (see docs/training.md)"
+    ) from exc
 
 
 class MaskInObs(BaseParallelWrapper):
