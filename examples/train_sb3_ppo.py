@@ -21,7 +21,6 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from sb3_contrib import MaskablePPO
-from stable_baselines3.common.vec_env import VecEnvWrapper
 
 import deszoo
 from deszoo.vector import make_vec, to_sb3
@@ -32,29 +31,12 @@ EVAL_SEEDS = range(10_000, 10_020)  # held out: training sims are seeded 0, 1, .
 Policy = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-class _ExposeMasks(VecEnvWrapper):
-    """Make ``has_attr("action_masks")`` true, as MaskablePPO checks before training.
-
-    Needed while ``to_sb3``'s ``has_attr`` looks the name up on the Gymnasium vector env,
-    which has no ``action_masks``; ``env_method("action_masks")`` itself works.
-    """
-
-    def reset(self):
-        return self.venv.reset()
-
-    def step_wait(self):
-        return self.venv.step_wait()
-
-    def has_attr(self, attr_name: str) -> bool:
-        return attr_name == "action_masks" or self.venv.has_attr(attr_name)
-
-
 def make_sb3_env(name: str, num_envs: int, seed: int, num_workers: int | None = None, **kw):
     """``num_envs`` simulations of ``name`` as one SB3 VecEnv (rows: env-major, agent-minor)."""
     vec = make_vec(name, num_envs, backend="shm", num_workers=num_workers, seed=seed,
                    autoreset_mode="SameStep", **kw)
     env = to_sb3(vec)
-    return env if env.has_attr("action_masks") else _ExposeMasks(env)
+    return env
 
 
 def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int = 16,

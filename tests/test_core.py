@@ -97,6 +97,9 @@ def test_removed_agent_leaves_alone_and_its_row_is_blank():
     _, _, term, _, _ = env.step({"a0": 1, "a1": 1})
     assert term == {"a0": False, "a1": True}
     assert env.agents == ["a0"]
+    assert env.obs_buf[1].tolist() == [3.0], "the leaving step carries the final observation"
+    assert env.mask_buf[1].tolist() == [1, 0, 0]
+    env.step({"a0": 1})
     assert not env.obs_buf[1].any() and env.mask_buf[1].tolist() == [1, 0, 0]
 
 

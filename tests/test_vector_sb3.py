@@ -72,3 +72,15 @@ def test_ppo_learns_through_sb3_wrappers():
         assert model.num_timesteps >= 96
     finally:
         venv.close()
+
+
+def test_maskable_ppo_accepts_the_adapter():
+    """sb3_contrib's MaskablePPO checks ``has_attr("action_masks")`` before training."""
+    contrib = pytest.importorskip("sb3_contrib")
+    venv = to_sb3(make_vec("loadbalance_v0", 2, backend="roundrobin", preset="small",
+                           autoreset_mode="SameStep"))
+    try:
+        assert venv.has_attr("action_masks")
+        contrib.MaskablePPO("MlpPolicy", venv, n_steps=16, batch_size=16, device="cpu").learn(32)
+    finally:
+        venv.close()

@@ -24,6 +24,9 @@ Rewards                Accumulated over the simulated interval between two steps
 Termination            When the model ends the episode, or the event queue runs dry.
 Truncation             ``max_time`` (simulated) or ``max_steps`` (env steps) reached.
 Leaving agents         ``self.remove_agent(i)`` terminates one agent; it leaves ``agents``.
+Final observations     An agent's last step returns its real final observation; after
+                       that (in the arrays) a departed agent's row is zeros with the
+                       no-op mask.
 Seeding                ``reset(seed=s)`` builds a new ``simpy.Environment`` and a new
                        ``numpy.random.Generator`` from ``s``. ``reset()`` on a seeded env
                        draws the next episode's generator from the env's own seed sequence
@@ -383,23 +386,22 @@ class SimPyParallelEnv(ParallelEnv):
         self._over = True
 
     def _finish_step(self) -> None:
+        ended = self.term_buf | self.trunc_buf  # these agents still get their final observation
         if self._over:
             self.live[:] = False
             self._pending.clear()
         pending = self._pending
         self.needs_buf[:] = False
         for i in range(len(self.possible_agents)):
-            if not self.live[i]:
+            if i in pending:
+                self.needs_buf[i] = True
+            else:
                 self.mask_buf[i] = 0
                 self.mask_buf[i, NOOP] = 1
-                self.obs_buf[i] = 0.0
-            else:
-                if i in pending:
-                    self.needs_buf[i] = True
-                else:
-                    self.mask_buf[i] = 0
-                    self.mask_buf[i, NOOP] = 1
+            if self.live[i] or ended[i]:
                 self._observe(i, self.obs_buf[i])
+            else:
+                self.obs_buf[i] = 0.0
         self.agents = [a for a, alive in zip(self.possible_agents, self.live, strict=True) if alive]
 
     def _check_action(self, name: str, action: Any) -> int:

@@ -98,6 +98,10 @@ def to_sb3(vec: DeszooVecEnv):
             result = getattr(self.venv, method_name)(*args, **kwargs)
             return [result for _ in rows]
 
+        def has_attr(self, attr_name: str) -> bool:
+            # sb3_contrib's MaskablePPO asks for "action_masks" before it trains.
+            return attr_name == "action_masks" or hasattr(self.venv, attr_name)
+
         def env_is_wrapped(self, wrapper_class, indices=None) -> list[bool]:
             return [False for _ in self._rows(indices)]
 
