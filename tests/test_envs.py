@@ -282,3 +282,13 @@ def test_render_ansi(name):
     text = env.render()
     assert isinstance(text, str) and text.strip()
     assert deszoo.make(name, preset="small").render() is None
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_every_parameter_rejects_a_value_of_the_wrong_type(name):
+    defaults = deszoo.env_module(name).parallel_env.defaults
+    for key, value in defaults.items():
+        if value is None or isinstance(value, str):
+            continue
+        with pytest.raises(ConfigError, match=key):
+            deszoo.make(name, preset="small", **{key: "seven"})

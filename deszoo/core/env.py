@@ -51,6 +51,7 @@ import simpy
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
+from deszoo.core.config import is_int, is_number
 from deszoo.errors import (
     ConfigError,
     InvalidActionError,
@@ -114,8 +115,14 @@ class SimPyParallelEnv(ParallelEnv):
             )
         for key in ("max_steps", "max_time"):
             value = self.config[key]
-            if value is not None and not value > 0:
-                raise ConfigError(f"{key}={value!r} must be positive or None")
+            if value is not None and (not is_number(value) or not value > 0):
+                raise ConfigError(
+                    f"{self.metadata['name']}: {key}={value!r} must be a positive number or None"
+                )
+        if self.config["max_steps"] is not None and not is_int(self.config["max_steps"]):
+            raise ConfigError(
+                f"{self.metadata['name']}: max_steps={self.config['max_steps']!r} must be an int"
+            )
 
         names, obs_low, obs_high, n_actions = self._setup()
         self.possible_agents: list[str] = list(names)

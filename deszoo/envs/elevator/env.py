@@ -69,6 +69,7 @@ from __future__ import annotations
 import numpy as np
 
 from deszoo.core import NOOP, SimPyParallelEnv
+from deszoo.core.config import check_ints, check_numbers, is_number
 from deszoo.envs.elevator.model import DOWN, UP, ElevatorModel
 from deszoo.errors import ConfigError
 
@@ -109,22 +110,16 @@ class ElevatorEnv(SimPyParallelEnv):
     def _setup(self):
         c = self.config
         name = self.metadata["name"]
-        if not _is_int(c["n_floors"]) or c["n_floors"] < 2:
-            raise ConfigError(f"{name}: n_floors={c['n_floors']!r} must be an int >= 2")
-        for key in ("n_cars", "capacity"):
-            if not _is_int(c[key]) or c[key] < 1:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive int")
-        for key in ("arrival_rate", "floor_time", "horizon"):
-            if not _is_num(c[key]) or not c[key] > 0:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive number")
-        for key in ("stop_time", "door_time", "board_time", "ride_weight"):
-            if not _is_num(c[key]) or not c[key] >= 0:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a number >= 0")
+        check_ints(c, name, ("n_floors",), minimum=2)
+        check_ints(c, name, ("n_cars", "capacity"))
+        check_numbers(c, name, ("arrival_rate", "floor_time", "horizon"))
+        check_numbers(c, name, ("stop_time", "door_time", "board_time", "ride_weight"),
+                      positive=False)
         traffic = c["traffic"]
         if (
             not isinstance(traffic, (tuple, list))
             or len(traffic) != 3
-            or not all(_is_num(v) and v >= 0 for v in traffic)
+            or not all(is_number(v) and v >= 0 for v in traffic)
             or not sum(traffic) > 0
         ):
             raise ConfigError(
@@ -253,13 +248,6 @@ class ElevatorEnv(SimPyParallelEnv):
             lines.append(f"  {f:3d} | {cars} | up {up:3d}  down {down:3d}")
         return "\n".join(lines)
 
-
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
-def _is_num(v) -> bool:
-    return _is_int(v) or isinstance(v, (float, np.floating))
 
 
 def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:

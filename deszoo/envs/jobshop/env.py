@@ -50,6 +50,7 @@ from __future__ import annotations
 import numpy as np
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
+from deszoo.core.config import check_fraction, check_ints, check_numbers, check_pair
 from deszoo.envs.jobshop.model import JobShopModel, Operation
 from deszoo.errors import ConfigError
 
@@ -82,17 +83,16 @@ class JobShopEnv(SimPyParallelEnv):
     }
 
     def _setup(self):
-        c = self.config
-        for key in ("n_machines", "n_jobs", "max_ops", "queue_slots"):
-            if not isinstance(c[key], int) or c[key] < 1:
-                raise ConfigError(f"jobshop_v0: {key}={c[key]!r} must be a positive int")
-        if not 0 < c["flexibility"] <= 1 or not 0 < c["utilization"]:
-            raise ConfigError("jobshop_v0: need 0 < flexibility <= 1 and utilization > 0")
+        c, name = self.config, self.metadata["name"]
+        check_ints(c, name, ("n_machines", "n_jobs", "max_ops", "queue_slots"))
+        check_numbers(c, name, ("utilization", "due_tightness"))
+        check_fraction(c, name, "flexibility", closed=True)
+        if c["flexibility"] == 0:
+            raise ConfigError(f"{name}: flexibility=0 leaves one eligible machine; must be > 0")
+        check_pair(c, name, "ptime_range")
         lo, hi = c["ptime_range"]
-        if not 0 < lo <= hi:
-            raise ConfigError(f"jobshop_v0: ptime_range={c['ptime_range']!r} needs 0 < lo <= hi")
         if c["reward"] not in ("flowtime", "tardiness"):
-            raise ConfigError(f"jobshop_v0: reward={c['reward']!r}; valid: flowtime, tardiness")
+            raise ConfigError(f"{name}: reward={c['reward']!r}; valid: 'flowtime', 'tardiness'")
         k = c["queue_slots"]
         low = np.zeros(GLOBAL + SLOT * k, dtype=np.float32)
         low[GLOBAL + 3 :: SLOT] = -1.0

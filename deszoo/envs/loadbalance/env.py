@@ -65,8 +65,8 @@ from __future__ import annotations
 import numpy as np
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
+from deszoo.core.config import check_fraction, check_ints, check_numbers, check_pair
 from deszoo.envs.loadbalance.model import LoadBalanceModel
-from deszoo.errors import ConfigError
 
 __all__ = ["LoadBalanceEnv", "heuristic"]
 
@@ -114,27 +114,11 @@ class LoadBalanceEnv(SimPyParallelEnv):
     def _setup(self):
         c = self.config
         name = self.metadata["name"]
-        for key in ("n_dispatchers", "n_pools", "n_types", "queue_capacity"):
-            if not _is_int(c[key]) or c[key] < 1:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive int")
-        rng_ = c["servers_range"]
-        if (
-            not isinstance(rng_, (tuple, list))
-            or len(rng_) != 2
-            or not all(_is_int(v) for v in rng_)
-            or not 1 <= rng_[0] <= rng_[1]
-        ):
-            raise ConfigError(
-                f"{name}: servers_range={rng_!r} must be a pair of ints (lo, hi), 1 <= lo <= hi"
-            )
-        for key in ("load", "patience", "horizon"):
-            if not _is_num(c[key]) or not c[key] > 0:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive number")
-        for key in ("skill_spread", "loss_penalty"):
-            if not _is_num(c[key]) or not c[key] >= 0:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a number >= 0")
-        if not _is_num(c["background"]) or not 0 <= c["background"] < 1:
-            raise ConfigError(f"{name}: background={c['background']!r} must be in [0, 1)")
+        check_ints(c, name, ("n_dispatchers", "n_pools", "n_types", "queue_capacity"))
+        check_pair(c, name, "servers_range", ints=True, low=1)
+        check_numbers(c, name, ("load", "patience", "horizon"))
+        check_numbers(c, name, ("skill_spread", "loss_penalty"), positive=False)
+        check_fraction(c, name, "background")
         n_pools, n_types = c["n_pools"], c["n_types"]
         self._global = 2 + n_types
         size = self._global + POOL * n_pools
@@ -243,13 +227,6 @@ class LoadBalanceEnv(SimPyParallelEnv):
             )
         return "\n".join(lines)
 
-
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
-def _is_num(v) -> bool:
-    return _is_int(v) or isinstance(v, (float, np.floating))
 
 
 def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:

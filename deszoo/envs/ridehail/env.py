@@ -88,6 +88,7 @@ from __future__ import annotations
 import numpy as np
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
+from deszoo.core.config import check_ints, check_numbers
 from deszoo.envs.ridehail.model import BUSY, IDLE, MOVING, OFF, RideHailModel
 from deszoo.errors import ConfigError
 
@@ -132,21 +133,12 @@ class RideHailEnv(SimPyParallelEnv):
     def _setup(self):
         c = self.config
         name = self.metadata["name"]
-        for key in _INTS:
-            v = c[key]
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"{name}: {key}={v!r} must be a positive int")
-        v = c["pickup_radius"]
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
-            raise ConfigError(f"{name}: pickup_radius={v!r} must be an int >= 0 (zones)")
+        check_ints(c, name, _INTS)
+        check_ints(c, name, ("pickup_radius",), minimum=0)
         if c["zones_x"] * c["zones_y"] < 2:
             raise ConfigError(f"{name}: the city needs at least 2 zones")
-        for key in _POSITIVE:
-            if not isinstance(c[key], (int, float)) or not c[key] > 0:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive number")
-        for key in _NONNEG:
-            if not isinstance(c[key], (int, float)) or not c[key] >= 0:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a number >= 0")
+        check_numbers(c, name, _POSITIVE)
+        check_numbers(c, name, _NONNEG, positive=False)
         Z, K = c["zones_x"] * c["zones_y"], c["request_slots"]
         self._n_zones = Z
         self._count_ref = max(2.0, 2.0 * c["n_drivers"] / Z)

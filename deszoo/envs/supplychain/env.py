@@ -77,6 +77,7 @@ import math
 import numpy as np
 
 from deszoo.core import NOOP, SimPyParallelEnv
+from deszoo.core.config import check_fraction, check_ints, check_numbers, is_int
 from deszoo.envs.supplychain.model import SupplyChainModel
 from deszoo.errors import ConfigError
 
@@ -121,7 +122,7 @@ class SupplyChainEnv(SimPyParallelEnv):
         if (
             not isinstance(widths, (tuple, list))
             or not widths
-            or not all(_is_int(w) and w >= 1 for w in widths)
+            or not all(is_int(w) and w >= 1 for w in widths)
         ):
             raise ConfigError(
                 f"{name}: widths={widths!r} must be a non-empty tuple of positive ints"
@@ -131,21 +132,13 @@ class SupplyChainEnv(SimPyParallelEnv):
                 f"{name}: widths={tuple(widths)!r} must not grow upstream (retailers first), "
                 "so that every node has at least one buyer"
             )
-        for key in ("demand_rate", "season", "max_order"):
-            if not _is_num(c[key]) or not c[key] > 0:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive number")
-        for key in ("initial_inventory", "holding_cost", "backlog_cost", "position_cap"):
-            if not _is_num(c[key]) or not c[key] >= 0:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a number >= 0")
-        if not _is_num(c["seasonality"]) or not 0 <= c["seasonality"] < 1:
-            raise ConfigError(f"{name}: seasonality={c['seasonality']!r} must be in [0, 1)")
-        if not _is_int(c["order_delay"]) or c["order_delay"] < 0:
-            raise ConfigError(f"{name}: order_delay={c['order_delay']!r} must be an int >= 0")
-        for key in ("ship_delay", "production_delay"):
-            if not _is_int(c[key]) or c[key] < 1:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be an int >= 1")
-        if not _is_int(c["order_levels"]) or c["order_levels"] < 2:
-            raise ConfigError(f"{name}: order_levels={c['order_levels']!r} must be an int >= 2")
+        check_numbers(c, name, ("demand_rate", "season", "max_order"))
+        check_numbers(c, name, ("initial_inventory", "holding_cost", "backlog_cost",
+                                "position_cap"), positive=False)
+        check_fraction(c, name, "seasonality")
+        check_ints(c, name, ("order_delay",), minimum=0)
+        check_ints(c, name, ("ship_delay", "production_delay"))
+        check_ints(c, name, ("order_levels",), minimum=2)
         if c["max_steps"] is None and c["max_time"] is None:
             raise ConfigError(
                 f"{name}: the chain never terminates; set max_steps (periods) or max_time"
@@ -262,13 +255,6 @@ class SupplyChainEnv(SimPyParallelEnv):
             )
         return "\n".join(lines)
 
-
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
-def _is_num(v) -> bool:
-    return _is_int(v) or isinstance(v, (float, np.floating))
 
 
 def _unsoft(s: float) -> float:

@@ -66,6 +66,7 @@ from __future__ import annotations
 import numpy as np
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
+from deszoo.core.config import check_fraction, check_ints, check_numbers
 from deszoo.envs.traffic.model import TrafficModel, phase_lanes
 from deszoo.errors import ConfigError
 
@@ -108,23 +109,14 @@ class TrafficEnv(SimPyParallelEnv):
     def _setup(self):
         c = self.config
         name = self.metadata["name"]
-        for key in ("rows", "cols", "link_capacity"):
-            if not isinstance(c[key], (int, np.integer)) or isinstance(c[key], bool) or c[key] < 1:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive int")
-        for key in ("link_time", "headway", "decision_interval"):
-            if not isinstance(c[key], (int, float)) or not c[key] > 0:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive number")
-        for key in ("min_green", "clearance"):
-            if not isinstance(c[key], (int, float)) or not c[key] >= 0:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a number >= 0")
-        if not isinstance(c["demand"], (int, float)) or not c["demand"] >= 0:
-            raise ConfigError(f"{name}: demand={c['demand']!r} must be >= 0 (vehicles/s)")
-        if not isinstance(c["demand_spread"], (int, float)) or not 0 <= c["demand_spread"] < 1:
-            raise ConfigError(f"{name}: demand_spread={c['demand_spread']!r} must be in [0, 1)")
+        check_ints(c, name, ("rows", "cols", "link_capacity"))
+        check_numbers(c, name, ("link_time", "headway", "decision_interval"))
+        check_numbers(c, name, ("min_green", "clearance", "demand"), positive=False)
+        check_fraction(c, name, "demand_spread")
         probs = c["turn_probs"]
         try:
             probs = tuple(float(p) for p in probs)
-        except TypeError:
+        except (TypeError, ValueError):
             probs = ()
         if len(probs) != 3 or min(probs) < 0 or abs(sum(probs) - 1.0) > 1e-6:
             raise ConfigError(

@@ -80,6 +80,7 @@ from __future__ import annotations
 import numpy as np
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
+from deszoo.core.config import check_ints, check_numbers
 from deszoo.envs.warehouse.model import WarehouseModel
 from deszoo.errors import ConfigError
 
@@ -150,10 +151,7 @@ class WarehouseEnv(SimPyParallelEnv):
     def _setup(self):
         c = self.config
         name = self.metadata["name"]
-        for key in _INTS:
-            v = c[key]
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"{name}: {key}={v!r} must be a positive int")
+        check_ints(c, name, _INTS)
         if c["n_aisles"] < 2:
             raise ConfigError(
                 f"{name}: n_aisles={c['n_aisles']!r} must be >= 2 (aisles are one-way, one "
@@ -163,14 +161,9 @@ class WarehouseEnv(SimPyParallelEnv):
             raise ConfigError(
                 f"{name}: n_stations={c['n_stations']} must not exceed n_aisles={c['n_aisles']}"
             )
-        v = c["initial_orders"]
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
-            raise ConfigError(f"{name}: initial_orders={v!r} must be an int >= 0")
-        for key in _POSITIVE:
-            if not isinstance(c[key], (int, float)) or not c[key] > 0:
-                raise ConfigError(f"{name}: {key}={c[key]!r} must be a positive number")
-        if not isinstance(c["skew"], (int, float)) or not c["skew"] >= 0:
-            raise ConfigError(f"{name}: skew={c['skew']!r} must be a number >= 0")
+        check_ints(c, name, ("initial_orders",), minimum=0)
+        check_numbers(c, name, _POSITIVE)
+        check_numbers(c, name, ("skew",), positive=False)
         A, S, K = c["n_aisles"], c["n_stations"], c["order_slots"]
         self._est_ref = (
             2 * A * c["pitch_time"]
