@@ -10,7 +10,8 @@ Example::
     vec.close()
 
 Backends: ``roundrobin`` (one process), ``supersuit`` (SuperSuit's multiprocess
-vectorization, seeded correctly) and ``shm`` (our shared-memory workers, sync or async).
+vectorization, seeded correctly), ``shm`` (our shared-memory workers, sync or async) and
+``ray`` (Ray actors, on one machine or a cluster; ``pip install 'deszoo[ray]'``).
 Every backend returns bit-identical results for the same seed and actions. See
 ``docs/vector.md``.
 """
@@ -70,6 +71,16 @@ def _shm(spec: VecSpec, seed, num_workers, batch_size, timeout, start_method, **
     )
 
 
+def _ray(spec: VecSpec, seed, num_workers, batch_size, timeout, start_method, **opts):
+    from deszoo.vector.ray_backend import RayVecEnv, import_ray
+
+    import_ray()  # ImportError saying how to install it
+    _sync_only("ray", spec, batch_size)
+    if start_method is not None:
+        raise ConfigError("backend 'ray' starts its own processes; start_method must be None")
+    return RayVecEnv(spec, seed=seed, num_workers=num_workers, timeout=timeout, **opts)
+
+
 def _sync_only(name: str, spec: VecSpec, batch_size: int | None) -> None:
     if batch_size is not None and batch_size != spec.num_sims:
         raise ConfigError(f"backend {name!r} has no async mode; batch_size must be None")
@@ -80,6 +91,7 @@ BACKENDS: dict[str, Callable[..., DeszooVecEnv]] = {
     "roundrobin": _roundrobin,
     "supersuit": _supersuit,
     "shm": _shm,
+    "ray": _ray,
 }
 
 
@@ -159,6 +171,7 @@ def make_vec(
     start_method: str | None = None,
     autoreset_mode: str = "NextStep",
     copy: bool = True,
+    address: str | None = None,
     **env_kwargs: Any,
 ) -> DeszooVecEnv:
     """Build ``num_envs`` copies of a scenario as one vector env over their agents.
@@ -168,9 +181,11 @@ def make_vec(
             zero-argument factory returning a ``SimPyParallelEnv``.
         num_envs: simulations in the batch. The vector env has ``num_envs * n_agents``
             rows (its Gymnasium ``num_envs``): env-major, agent-minor.
-        backend: ``"shm"`` (default), ``"roundrobin"``, ``"supersuit"`` or a registered one.
-        num_workers: worker processes (``shm``) or SuperSuit ``num_cpus``; default: the
-            usable cores. Capped at ``num_envs``; the envs need not divide evenly.
+        backend: ``"shm"`` (default), ``"roundrobin"``, ``"supersuit"``, ``"ray"`` or a
+            registered one.
+        num_workers: worker processes (``shm``), Ray actors (``ray``) or SuperSuit
+            ``num_cpus``; default: the usable cores. Capped at ``num_envs``; the envs need
+            not divide evenly.
         seed: seed of the first ``reset()`` without a seed; env ``i`` gets ``seed + i``.
             ``None``: OS entropy.
         batch_size: ``shm`` only: envs per ``recv()`` (async mode) when below ``num_envs``.
@@ -181,6 +196,9 @@ def make_vec(
         autoreset_mode: ``"NextStep"`` (Gymnasium's default) or ``"SameStep"``.
         copy: return copies (default) or views of the batch buffers, valid until the next
             step.
+        address: ``ray`` only: the Ray cluster to start or join if Ray is not initialised
+            (``None``, ``"auto"``, ``"host:port"``, ``"ray://host:10001"``); see
+            ``docs/distributed.md``.
         **env_kwargs: scenario arguments (``preset="small"``, ...), only with a name.
 
     Returns:
@@ -192,10 +210,15 @@ def make_vec(
         num_workers = usable_cores()
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ConfigError(f"num_workers={num_workers!r} must be a non-negative int")
+    extra = {}
+    if address is not None:
+        if backend in ("roundrobin", "supersuit", "shm"):
+            raise ConfigError(f"address={address!r} is for backend='ray' only")
+        extra["address"] = address
     spec = _spec(env, num_envs, env_kwargs)
     return BACKENDS[backend](
         spec, seed, num_workers, batch_size, timeout, start_method,
-        on_error=on_error, autoreset_mode=autoreset_mode, copy=copy,
+        on_error=on_error, autoreset_mode=autoreset_mode, copy=copy, **extra,
     )
 
 
