@@ -6,9 +6,10 @@ Design:
   :class:`~deszoo.vector._host.EnvGroup` over its own private buffers (the same per-env code
   as every other backend, which is what makes them bit-identical).
 * A batch step is one remote call per actor: its rows' actions go in (one int64 array), and
-  its whole buffer block comes back as one uint8 array (observations, masks, rewards, flags,
-  clocks, event counts) plus a list of env failures, usually empty. The parent submits every
-  call, then waits for all of them at once, and copies each block into the batch buffers.
+  its results come back packed in one uint8 array (observations, masks, rewards, flags,
+  clocks, event counts; final observations in SameStep mode only) with a list of env
+  failures, usually empty. The parent submits every call, then waits for all of them at
+  once (one ``ray.get``), and copies each reply into the batch buffers.
 * Faults: an env exception is caught in the actor and re-raised in the parent as
   :class:`~deszoo.errors.SubEnvError`; an actor that dies (killed, ``os._exit``, its node
   lost) raises :class:`~deszoo.errors.WorkerDiedError`, one that gives no answer within
@@ -86,9 +87,9 @@ def ensure_ray(address: str | None) -> bool:
 class _Host:
     """Body of one actor: envs ``first .. first + count - 1`` over private buffers.
 
-    Each call returns ``(block, failures)``: ``block`` is the actor's whole buffer memory as
-    one uint8 array (serialised by Ray before the next call runs, so no copy is needed
-    here), ``failures`` a list of :class:`EnvFailure` with batch-wide env indices.
+    Each call returns ``(block, failures)``: ``block`` packs the fields the parent reads
+    into one uint8 array (serialised by Ray before the next call runs, so it is reused),
+    ``failures`` a list of :class:`EnvFailure` with batch-wide env indices.
     """
 
     def __init__(
@@ -109,30 +110,33 @@ class _Host:
             memory = bytearray(local.nbytes())
             self.bufs = Buffers(local, memory)
             self.bufs.events[:] = events  # event counts survive an actor's replacement
-            self.block = np.frombuffer(memory, dtype=np.uint8)
             self.group = EnvGroup(factory, self.bufs, 0, count, reset_seeds)
+            # The reply packs only the fields the parent reads (no actions, no final
+            # observations in NextStep mode), so it stays small enough for Ray to send it
+            # inline (up to 100 KiB) rather than through the object store.
+            names = FIELDS + (SAME_STEP_FIELDS if same_step else ())
+            self.parts = [getattr(self.bufs, name).reshape(-1).view(np.uint8) for name in names]
+            sizes = [p.nbytes for p in self.parts]
+            self.offsets = dict(zip(names, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
+            self.block = np.empty(sum(sizes), dtype=np.uint8)
         except Exception as exc:
             self.build_error = (type(exc).__name__, str(exc), traceback.format_exc())
 
     def boot(self) -> tuple:
-        """``(pid, (node ip, node id), field offsets, build error)``; offsets into ``block``."""
+        """``(pid, (node ip, node id), offset of each field in the reply, build error)``."""
         import ray
 
         node = (ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id())
         if self.build_error is not None:
             return os.getpid(), node, None, self.build_error
-        base = self.block.ctypes.data
-        plan = {
-            name: getattr(self.bufs, name).ctypes.data - base
-            for name in FIELDS + SAME_STEP_FIELDS
-        }
-        return os.getpid(), node, plan, None
+        return os.getpid(), node, self.offsets, None
 
     def _answer(self, failures: list[EnvFailure]) -> tuple:
         if failures:
             failures = [
                 dataclasses.replace(f, env_index=f.env_index + self.first) for f in failures
             ]
+        np.concatenate(self.parts, out=self.block)
         return self.block, failures
 
     def reset(self, seeds: list) -> tuple:
