@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -134,9 +135,10 @@ def markdown_table(rows: list[dict], columns=COLUMNS, cells=row_cells) -> str:
 def plot_scaling(result: dict, path: str | Path) -> Path:
     """Env-steps/s against workers and against ``num_envs``, one line per mode.
 
-    One figure row per scenario and preset. Left: against ``num_workers`` at the largest
-    ``num_envs`` (modes that run in the parent are flat dashed lines). Right: against
-    ``num_envs`` at the largest ``num_workers``.
+    One figure row per scenario and preset. Against ``num_workers`` at the largest
+    ``num_envs`` (modes that run in the parent are flat dashed lines); against ``num_envs``
+    at the most workers. An axis with a single value in the result gets no panel (a result
+    with one value on both gets the workers panel).
     """
     try:
         from matplotlib.figure import Figure  # no pyplot: leaves the user's backend alone
@@ -149,45 +151,60 @@ def plot_scaling(result: dict, path: str | Path) -> Path:
     for row in result["rows"]:
         if row["status"] == "ok":
             groups[f"{row['scenario']}/{row['preset']}"].append(row)
+    ok = [r for rows in groups.values() for r in rows]
+    show_n = len({r["num_envs"] for r in ok}) > 1
+    show_w = len({r["num_workers"] for r in ok if not is_in_process(r["mode"])}) > 1
+    show_w = show_w or not show_n
     n = max(len(groups), 1)
-    fig = Figure(figsize=(11, 3.6 * n))
-    axes = fig.subplots(n, 2, squeeze=False)
-    for (name, rows), (ax_w, ax_n) in zip(sorted(groups.items()), axes, strict=False):
-        modes = list(dict.fromkeys(r["mode"] for r in rows))
-        n_max = max(r["num_envs"] for r in rows)
-        mp = [r for r in rows if not is_in_process(r["mode"])]
-        w_all = sorted({r["num_workers"] for r in mp}) or [1]
-        w_max = max(w_all)
-        for mode in modes:
-            mine = [r for r in rows if r["mode"] == mode]
-            at_n = sorted((r for r in mine if r["num_envs"] == n_max),
-                          key=lambda r: r["num_workers"])
-            if is_in_process(mode):
-                if at_n:
-                    ax_w.plot([min(w_all), max(w_all)], [at_n[0]["env_steps_per_s"]] * 2,
-                              "s--", label=mode, markevery=[0])
-                by_n = sorted(mine, key=lambda r: r["num_envs"])
-            else:
+    cols = int(show_w) + int(show_n)
+    fig = Figure(figsize=(5.5 * cols, 3.6 * n + 0.4), layout="constrained")
+    axes = fig.subplots(n, cols, squeeze=False)
+    for (name, rows), panel in zip(sorted(groups.items()), axes, strict=False):
+        panel = list(panel)
+        ax_w = panel.pop(0) if show_w else None
+        ax_n = panel.pop(0) if show_n else None
+        _plot_group(name, rows, ax_w, ax_n)
+    fig.suptitle(textwrap.fill(caption(result), 80 * cols), fontsize="small")
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def _plot_group(name: str, rows: list[dict], ax_w, ax_n) -> None:
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    n_max = max(r["num_envs"] for r in rows)
+    w_all = sorted({r["num_workers"] for r in rows if not is_in_process(r["mode"])}) or [1]
+    w_max = max(w_all)
+    for mode in modes:
+        mine = [r for r in rows if r["mode"] == mode]
+        at_n = sorted((r for r in mine if r["num_envs"] == n_max),
+                      key=lambda r: r["num_workers"])
+        if is_in_process(mode):
+            if at_n and ax_w is not None:
+                ax_w.plot([min(w_all), max(w_all)], [at_n[0]["env_steps_per_s"]] * 2,
+                          "s--", label=mode, markevery=[0])
+            by_n = sorted(mine, key=lambda r: r["num_envs"])
+        else:
+            if ax_w is not None:
                 ax_w.plot([r["num_workers"] for r in at_n],
                           [r["env_steps_per_s"] for r in at_n], "o-", label=mode)
-                by_n = sorted((r for r in mine if r["num_workers"] == w_max),
-                              key=lambda r: r["num_envs"])
+            by_n = sorted((r for r in mine if r["num_workers"] == w_max),
+                          key=lambda r: r["num_envs"])
+        if ax_n is not None:
             ax_n.plot([r["num_envs"] for r in by_n], [r["env_steps_per_s"] for r in by_n],
                       "s--" if is_in_process(mode) else "o-", label=mode)
+    if ax_w is not None:
         ax_w.set(title=f"{name}: {n_max} envs", xlabel="workers", ylabel="env-steps/s",
                  xticks=w_all)
+    if ax_n is not None:
         ax_n.set(title=f"{name}: {w_max} workers (multiprocess modes)", xlabel="num_envs",
                  ylabel="env-steps/s")
         ns = sorted({r["num_envs"] for r in rows})
         ax_n.set_xscale("log", base=2)
         ax_n.set_xticks(ns, labels=[str(x) for x in ns])
         ax_n.minorticks_off()
-        for ax in (ax_w, ax_n):
+    for ax in (ax_w, ax_n):
+        if ax is not None:
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
             ax.legend(fontsize="small")
-    fig.suptitle(caption(result), fontsize="small")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    return path
