@@ -288,6 +288,26 @@ def test_restart_after_sigkill_exit_and_hang():
         ref.close()
 
 
+def test_restart_when_an_actor_dies_before_reset():
+    """on_error="restart": an actor killed before reset is replaced and its reset redone."""
+    vec = make_vec(toy(), 4, seed=10, backend="ray", num_workers=2, on_error="restart",
+                   timeout=20.0)
+    ref = make_vec(toy(), 4, seed=10, backend="roundrobin")
+    old = vec.worker_pids()
+    try:
+        os.kill(old[1], signal.SIGKILL)
+        time.sleep(0.1)
+        obs, infos = vec.reset()
+        ref_obs, _ = ref.reset()
+        np.testing.assert_array_equal(obs, ref_obs)
+        assert not infos["restarted"].any()
+        assert vec.worker_pids()[0] == old[0] and vec.worker_pids()[1] != old[1]
+        step_n(vec, infos, 3)
+    finally:
+        vec.close()
+        ref.close()
+
+
 def test_restarted_runs_are_reproducible():
     """Same seed, same faults: the rebuilt envs' new episodes are the same every run."""
     runs = []
@@ -385,6 +405,14 @@ def test_make_vec_starts_ray_and_the_script_exits():
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().endswith("ok")
     assert time.monotonic() - start < 60
+
+
+def test_sb3_adapter():
+    """``to_sb3`` on a ray vector env passes the SB3 adapter's test (if SB3 is installed)."""
+    pytest.importorskip("stable_baselines3")
+    from test_vector_sb3 import test_sb3_interface
+
+    test_sb3_interface("ray")
 
 
 def test_missing_ray_says_how_to_install(monkeypatch):
