@@ -21,6 +21,7 @@ from deszoo.bench.modes import available_modes, is_in_process, open_session
 from deszoo.bench.runner import Matrix, run_matrix
 from deszoo.bench.work import Work, masked_actions, priorities, standard_work, work_hash
 from deszoo.cli import main
+from deszoo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = "jobshop_v0"
@@ -121,12 +122,18 @@ def test_blocked_priorities_give_the_same_run(mode, monkeypatch):
 
 
 # ---- modes -------------------------------------------------------------------------------
-def test_modes_come_from_the_vector_backends():
-    """serial first, then every backend deszoo.vector has."""
-    from deszoo.bench.modes import vector_backends
+def test_modes_come_from_the_vector_backends(monkeypatch):
+    """serial first, then every backend deszoo.vector has whose package is installed."""
+    from deszoo.bench import modes
+    from deszoo.vector import BACKENDS
 
-    assert available_modes()[0] == "serial"
-    assert set(available_modes()) == {"serial", *vector_backends()}
+    assert modes.all_modes()[0] == "serial"
+    assert set(modes.all_modes()) == {"serial", *BACKENDS}
+    monkeypatch.setitem(BACKENDS, "warp", BACKENDS["roundrobin"])
+    monkeypatch.setitem(modes.BACKEND_PACKAGES, "warp", "no_such_package_xyz")
+    assert "warp" in modes.all_modes() and "warp" not in modes.available_modes()
+    with pytest.raises(ConfigError, match="needs the package 'no_such_package_xyz'"):
+        Matrix(scenarios=[SCENARIO], modes=["warp"]).configs()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -167,7 +167,7 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     )
 
     from deszoo.bench.autotune import recommend
-    from deszoo.bench.modes import available_modes
+    from deszoo.bench.modes import all_modes, missing_package
     from deszoo.bench.report import (
         caption,
         failures,
@@ -180,7 +180,10 @@ def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     console = _console()
     _setup_logging(console)
     if args.list_modes:
-        console.print("\n".join(available_modes()), highlight=False)
+        for mode in all_modes():
+            missing = missing_package(mode)
+            note = f"  (needs {missing}: pip install it to use this mode)" if missing else ""
+            console.print(mode + note, highlight=False, markup=False)
         return 0
     try:
         matrix, configs = _matrix(args)

@@ -16,6 +16,7 @@ the same trajectories (the row's ``reward_sum`` checks it).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import time
 from dataclasses import dataclass
 
@@ -30,7 +31,9 @@ __all__ = [
     "RunStats",
     "SerialSession",
     "VectorSession",
+    "all_modes",
     "available_modes",
+    "missing_package",
     "open_session",
     "vector_backends",
 ]
@@ -71,11 +74,28 @@ def vector_backends() -> list[str]:
     return []
 
 
-def available_modes() -> list[str]:
-    """``serial`` followed by every vector backend, in a stable order."""
+# Backends that need a package of their own (an extra); without it they are left out.
+BACKEND_PACKAGES = {"ray": "ray", "supersuit": "supersuit"}
+
+
+def missing_package(mode: str) -> str | None:
+    """The package ``mode`` needs and this install lacks, or ``None``."""
+    package = BACKEND_PACKAGES.get(mode)
+    if package is None:
+        return None
+    return None if importlib.util.find_spec(package) is not None else package
+
+
+def all_modes() -> list[str]:
+    """``serial`` followed by every vector backend, installed or not, in a stable order."""
     modes = ["serial", *[b for b in vector_backends() if b != "serial"]]
     rank = {m: i for i, m in enumerate(_PREFERRED_ORDER)}
     return sorted(dict.fromkeys(modes), key=lambda m: (rank.get(m, len(rank)), m))
+
+
+def available_modes() -> list[str]:
+    """The modes this install can run: :func:`all_modes` less those missing a package."""
+    return [m for m in all_modes() if missing_package(m) is None]
 
 
 def is_in_process(mode: str) -> bool:

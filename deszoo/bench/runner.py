@@ -29,7 +29,13 @@ from deszoo.bench.machine import (
     worker_counts,
     worker_pids,
 )
-from deszoo.bench.modes import RunStats, SerialSession, available_modes, is_in_process
+from deszoo.bench.modes import (
+    RunStats,
+    SerialSession,
+    available_modes,
+    is_in_process,
+    missing_package,
+)
 from deszoo.bench.modes import open_session as _open_session
 from deszoo.bench.schema import SCHEMA, check, results_work_hash
 from deszoo.bench.work import STANDARD_ENV_STEPS, STANDARD_SEED, Work, steps_per_env
@@ -103,6 +109,13 @@ class Matrix:
     def resolved_modes(self) -> list[str]:
         modes = available_modes() if self.modes is None else list(self.modes)
         known = available_modes()
+        for m in modes:
+            if m in known:
+                continue
+            missing = missing_package(m)
+            if missing:
+                raise ConfigError(f"mode {m!r} needs the package {missing!r}, which is not "
+                                  f"installed; available modes: {known}")
         unknown = [m for m in modes if m not in known]
         if unknown:
             raise ConfigError(f"unknown mode(s) {unknown}; available: {known}")
