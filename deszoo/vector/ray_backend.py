@@ -55,7 +55,8 @@ INSTALL_HINT = "backend='ray' needs Ray: pip install 'deszoo[ray]'"
 FIELDS = ("obs", "mask", "rew", "term", "trunc", "live", "needs", "sim_time", "events")
 SAME_STEP_FIELDS = ("final_obs", "final")
 SIM_FIELDS = ("sim_time", "events")
-# Default resources of one actor: one CPU, so Ray places actors on distinct cores and nodes.
+# Default actor options: Ray's default resources for actors (one CPU to be placed, none held
+# while running, so several vector envs fit on a small cluster), spread over the nodes.
 ACTOR_OPTIONS = {"max_restarts": 0, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
 
 
@@ -166,7 +167,6 @@ class _Actor:
         self.handle: Any = None
         self.pid: int | None = None
         self.node: tuple[str, str] | None = None  # (ip, Ray node id)
-        self.generation = 0
         self.copies: list[tuple[np.ndarray, np.ndarray]] = []
 
     @property
@@ -222,8 +222,8 @@ class RayVecEnv(DeszooVecEnv):
             machine belongs to), ``"host:6379"`` or ``"ray://host:10001"`` (Ray Client).
             Ignored, with a warning, when Ray is already initialised.
         actor_options: Ray actor options (``ray.remote(**options)``) over the defaults
-            ``num_cpus=1, max_restarts=0``; e.g. ``{"num_cpus": 0.5}`` to put two actors
-            on a core, or ``{"scheduling_strategy": "SPREAD"}``.
+            ``max_restarts=0, scheduling_strategy="SPREAD"`` (and Ray's default
+            resources); e.g. ``{"num_cpus": 1}`` to reserve a core for each actor.
         boot_timeout: seconds to wait for the actors to start (starting a worker process,
             or a node on an autoscaling cluster, takes longer than a step); default
             ``max(timeout, 60)``.
@@ -292,7 +292,6 @@ class RayVecEnv(DeszooVecEnv):
         """Create ``actors`` and wait until each has built its envs."""
         for a in actors:
             seeds = None if reset_seeds is None else reset_seeds[a.index]
-            a.generation += 1
             a.handle = self._actor_cls.remote(
                 self.sim_spec.factory, self.layout, a.first, a.count, seeds, self._same_step,
                 self._bufs.events[a.first : a.first + a.count].copy(),
@@ -307,7 +306,7 @@ class RayVecEnv(DeszooVecEnv):
                 raise WorkerTimeoutError(
                     f"{a.describe()} did not start within {self.boot_timeout:g} s; "
                     f"{len(actors)} actor(s) requested, the cluster has {free:g} free CPUs "
-                    "(each actor asks for num_cpus=1 unless actor_options say otherwise)"
+                    "(an actor needs 1 free CPU to be placed, or what actor_options ask for)"
                 )
             try:
                 pid, node, plan, error = self._ray.get(ref)
@@ -447,8 +446,10 @@ class RayVecEnv(DeszooVecEnv):
         failures = self._absorb(replies)
         if dead or hung:
             self._on_lost(dead, hung, errors, replay=("step", []))
-        if failures and self.on_error != "restart":
-            self._raise_failures(failures)
+        if failures:
+            if self.on_error != "restart":
+                self._raise_failures(failures)
+            self._rebuild_envs(failures)
 
     def _fail(self, exc: Exception) -> None:
         self._state = State.FAILED
@@ -515,3 +516,5 @@ class RayVecEnv(DeszooVecEnv):
         if self._state is State.FAILED:
             self._close_timeout[0] = 0.0
         self._finalizer()
+        for a in self._actors:
+            a.handle = None
