@@ -536,9 +536,9 @@ class ShmVecEnv(DeszooVecEnv):
             raise ConfigError(
                 "step() needs sync mode (batch_size == num_envs); in async mode use send/recv"
             )
-        self._check_actions(actions, self._bufs.act)
         if self._sync_step:  # the previous step was interrupted (Ctrl-C): let it finish
-            self._wait_sync()
+            self._wait_sync()  # before new actions overwrite the ones its workers read
+        self._check_actions(actions, self._bufs.act)
         self._ctl[:] = BUSY
         self._ctl[0] = self.num_workers
         self._sync_step, self._sync_done = True, False
