@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 import deszoo
+from deszoo.policies import evaluate
 from deszoo.vector import make_vec
 
 
@@ -108,27 +109,6 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
     finally:
         vec.close()
     return net
-
-
-def evaluate(policy, name: str, seeds=range(10_000, 10_020), **kw) -> np.ndarray:
-    """One episode per held-out seed of ``policy(obs, mask) -> actions`` (all rows at once).
-
-    Returns each episode's return, summed over agents.
-    """
-    seeds = list(seeds)
-    vec = make_vec(name, len(seeds), backend="roundrobin", autoreset_mode="SameStep", **kw)
-    try:
-        n, sims = vec.agents_per_sim, vec.num_sims
-        obs, infos = vec.reset(seed=seeds)
-        returns, done = np.zeros(sims), np.zeros(sims, dtype=bool)
-        while not done.all():
-            actions = np.asarray(policy(obs, infos["action_mask"].astype(bool)), dtype=np.int64)
-            obs, rew, _, _, infos = vec.step(actions)
-            returns += np.where(done, 0.0, rew.reshape(sims, n).sum(axis=1))
-            done |= infos["_final_obs"].reshape(sims, n).any(axis=1)  # ended (and reset)
-    finally:
-        vec.close()
-    return returns
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,25 +18,19 @@ import argparse
 import time
 from collections.abc import Callable
 
-import numpy as np
 import torch
 from sb3_contrib import MaskablePPO
 
 import deszoo
+from deszoo.policies import Policy, evaluate, heuristic_policy, random_policy
 from deszoo.vector import make_vec, to_sb3
-
-EVAL_SEEDS = range(10_000, 10_020)  # held out: training sims are seeded 0, 1, ...
-
-# policy(obs, mask) -> actions, for a batch of rows: (rows, obs_dim), (rows, n) -> (rows,)
-Policy = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def make_sb3_env(name: str, num_envs: int, seed: int, num_workers: int | None = None, **kw):
     """``num_envs`` simulations of ``name`` as one SB3 VecEnv (rows: env-major, agent-minor)."""
     vec = make_vec(name, num_envs, backend="shm", num_workers=num_workers, seed=seed,
                    autoreset_mode="SameStep", **kw)
-    env = to_sb3(vec)
-    return env
+    return to_sb3(vec)
 
 
 def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int = 16,
@@ -67,36 +61,6 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
 def sb3_policy(model: MaskablePPO, deterministic: bool = True) -> Policy:
     return lambda obs, mask: model.predict(obs, action_masks=mask,
                                            deterministic=deterministic)[0]
-
-
-def random_policy(seed: int = 0) -> Policy:
-    """The uniformly random masked policy."""
-    rng = np.random.default_rng(seed)
-    return lambda obs, mask: (rng.random(mask.shape) * mask).argmax(axis=1)
-
-
-def heuristic_policy(name: str) -> Policy:
-    """The scenario's built-in heuristic, row by row."""
-    h = deszoo.env_module(name).heuristic
-    return lambda obs, mask: np.array([h(o, m) for o, m in zip(obs, mask, strict=True)])
-
-
-def evaluate(policy: Policy, name: str, seeds=EVAL_SEEDS, **kw) -> np.ndarray:
-    """One episode per seed; returns each episode's return (summed over agents)."""
-    seeds = list(seeds)
-    vec = make_vec(name, len(seeds), backend="roundrobin", autoreset_mode="SameStep", **kw)
-    try:
-        n, sims = vec.agents_per_sim, vec.num_sims
-        obs, infos = vec.reset(seed=seeds)
-        returns, done = np.zeros(sims), np.zeros(sims, dtype=bool)
-        while not done.all():
-            actions = policy(obs, infos["action_mask"].astype(bool))
-            obs, rew, term, trunc, infos = vec.step(np.asarray(actions, dtype=np.int64))
-            returns += np.where(done, 0.0, rew.reshape(sims, n).sum(axis=1))
-            done |= infos["_final_obs"].reshape(sims, n).any(axis=1)  # episode ended, reset
-    finally:
-        vec.close()
-    return returns
 
 
 def main(argv: list[str] | None = None) -> None:

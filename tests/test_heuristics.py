@@ -6,27 +6,13 @@ import numpy as np
 import pytest
 
 import deszoo
+from deszoo.cli import run_episode
 
 HELD_OUT = range(50_000, 50_020)  # seeds no heuristic was tuned on
 
 
 def episode_return(name: str, seed: int, policy: str) -> float:
-    module = deszoo.env_module(name)
-    env = module.parallel_env(preset="small")
-    rng = np.random.default_rng(seed + 1)
-    obs, infos = env.reset(seed=seed)
-    total = 0.0
-    while env.agents:
-        actions = {}
-        for agent in env.agents:
-            mask = infos[agent]["action_mask"]
-            if policy == "heuristic":
-                actions[agent] = module.heuristic(obs[agent], mask)
-            else:
-                actions[agent] = int(rng.choice(np.flatnonzero(mask)))
-        obs, rewards, _, _, infos = env.step(actions)
-        total += sum(rewards.values())
-    return total
+    return run_episode(name, seed, preset="small", policy=policy)["return_total"]
 
 
 @pytest.mark.parametrize("name", deszoo.list_envs())
