@@ -418,3 +418,21 @@ def test_num_workers_default_and_uneven_split():
         assert vec.num_workers == 2
     finally:
         vec.close()
+
+
+def test_shm_spinning_workers_give_the_same_results():
+    """spin_us only changes how idle workers wait, never what they compute."""
+    runs = []
+    for spin in (0, 300):
+        vec = make_vec("jobshop_v0", 4, backend="shm", num_workers=2, spin_us=spin,
+                       preset="small")
+        try:
+            assert vec.spin_us == spin
+            runs.append(rollout(vec, 60, seed=5))
+        finally:
+            vec.close()
+    assert_same_rollouts(runs[0], runs[1], "spin_us 0 vs 300")
+    with pytest.raises(ConfigError, match="spin_us"):
+        make_vec("jobshop_v0", 2, backend="roundrobin", spin_us=10)
+    with pytest.raises(ConfigError, match="spin_us"):
+        make_vec("jobshop_v0", 2, backend="shm", spin_us=-1)

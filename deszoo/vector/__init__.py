@@ -172,6 +172,7 @@ def make_vec(
     autoreset_mode: str = "NextStep",
     copy: bool = True,
     address: str | None = None,
+    spin_us: float | None = None,
     **env_kwargs: Any,
 ) -> DeszooVecEnv:
     """Build ``num_envs`` copies of a scenario as one vector env over their agents.
@@ -199,6 +200,8 @@ def make_vec(
         address: ``ray`` only: the Ray cluster to start or join if Ray is not initialised
             (``None``, ``"auto"``, ``"host:port"``, ``"ray://host:10001"``); see
             ``docs/distributed.md``.
+        spin_us: ``shm`` only: microseconds an idle worker polls for its next command
+            before it sleeps (default: 300 when each worker can have a core, else 0).
         **env_kwargs: scenario arguments (``preset="small"``, ...), only with a name.
 
     Returns:
@@ -215,6 +218,10 @@ def make_vec(
         if backend in ("roundrobin", "supersuit", "shm"):
             raise ConfigError(f"address={address!r} is for backend='ray' only")
         extra["address"] = address
+    if spin_us is not None:
+        if backend != "shm":
+            raise ConfigError(f"spin_us={spin_us!r} is for backend='shm' only")
+        extra["spin_us"] = spin_us
     spec = _spec(env, num_envs, env_kwargs)
     return BACKENDS[backend](
         spec, seed, num_workers, batch_size, timeout, start_method,

@@ -65,6 +65,7 @@ def _worker_main(
     control: Any,
     lock: Any,
     inherited: list,
+    spin: float = 0.0,
 ) -> None:
     """Body of a worker process: build the envs, then serve commands until told to close."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
@@ -87,7 +88,16 @@ def _worker_main(
     ctl = np.frombuffer(control, dtype=np.int64)
     answer(BOOTED)
     fd = cmd.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    clock = time.perf_counter
     while True:
+        if spin:
+            # Poll for the next command for a moment before sleeping in read(): a worker
+            # that sleeps costs a wake-up (tens of us) on every step of a light scenario.
+            end = clock() + spin
+            while not poller.poll(0) and clock() < end:
+                pass
         try:
             command = os.read(fd, 1)
         except OSError:
@@ -189,6 +199,9 @@ class ShmVecEnv(DeszooVecEnv):
         timeout: seconds to wait for any worker answer before raising.
         start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (default: the platform's).
         close_timeout: seconds ``close`` waits for workers to exit before killing them.
+        spin_us: microseconds an idle worker polls for the next command before it sleeps;
+            ``None``: 300 when every worker can have a core of its own, else 0 (spinning
+            workers that share cores slow each other down).
         **options: ``on_error``, ``autoreset_mode``, ``copy`` (see :class:`DeszooVecEnv`).
     """
 
@@ -203,9 +216,12 @@ class ShmVecEnv(DeszooVecEnv):
         timeout: float = 60.0,
         start_method: str | None = None,
         close_timeout: float = 5.0,
+        spin_us: float | None = None,
         **options: Any,
     ):
         import multiprocessing as mp
+
+        from deszoo.vector import usable_cores
 
         super().__init__(spec, seed=seed, **options)
         num_workers = max(1, min(int(num_workers), self.num_sims))
@@ -221,6 +237,11 @@ class ShmVecEnv(DeszooVecEnv):
                 f"worker ({per}) below num_envs"
             )
         self.num_workers = num_workers
+        if spin_us is None:
+            spin_us = 300.0 if num_workers <= usable_cores() else 0.0
+        if not spin_us >= 0:
+            raise ConfigError(f"spin_us={spin_us!r} must be >= 0 (microseconds)")
+        self.spin_us = float(spin_us)
         self.batch_size = batch
         self.timeout = float(timeout)
         self._ctx = mp.get_context(start_method)
@@ -287,7 +308,7 @@ class ShmVecEnv(DeszooVecEnv):
             args=(
                 w.index, w.generation, self.sim_spec.factory, self._memory, self.layout,
                 w.first, w.count, reset_seeds, cmd_r, self._results_w, msgs_child,
-                self._control, self._lock, inherited,
+                self._control, self._lock, inherited, self.spin_us * 1e-6,
             ),
             daemon=True,
         )
