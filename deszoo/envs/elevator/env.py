@@ -57,8 +57,8 @@ Arguments:
     ride_weight (float): weight of riding time against waiting time in the reward.
 
 Presets: `small` (6 floors, 2 cars, 0.08 passengers per second for 20 minutes), `default`
-(12 floors, 4 cars, 0.2 per second for 30 minutes), `large` (40 floors, 12 cars, 0.6 per
-second for 30 minutes; ``max_steps`` 50000).
+(12 floors, 4 cars, 0.2 per second for 30 minutes), `large` (120 floors, 64 cars, 3 per
+second for 30 minutes; ``max_steps`` 50000; about 11x the work per step of `small`).
 
 Version History:
     v0: initial release.
@@ -103,7 +103,7 @@ class ElevatorEnv(SimPyParallelEnv):
         "small": {"n_floors": 6, "n_cars": 2, "capacity": 8, "arrival_rate": 0.08,
                   "horizon": 1200.0},
         "default": {},
-        "large": {"n_floors": 40, "n_cars": 12, "capacity": 20, "arrival_rate": 0.6,
+        "large": {"n_floors": 120, "n_cars": 64, "capacity": 20, "arrival_rate": 3.0,
                   "max_steps": 50000},
     }  # fmt: skip
 

@@ -39,7 +39,8 @@ Arguments:
     reward (str): ``"flowtime"`` or ``"tardiness"``.
 
 Presets: `small` (3 machines, 30 jobs), `default` (4 machines, 100 jobs),
-`large` (16 machines, 400 jobs).
+`large` (96 machines, 2400 jobs, 16 queue slots: about 13x the work per step of `small`,
+mostly observing 96 machines).
 
 Version History:
     v0: initial release.
@@ -79,7 +80,7 @@ class JobShopEnv(SimPyParallelEnv):
     presets = {
         "small": {"n_machines": 3, "n_jobs": 30},
         "default": {},
-        "large": {"n_machines": 16, "n_jobs": 400, "max_steps": 5000},
+        "large": {"n_machines": 96, "n_jobs": 2400, "queue_slots": 16, "max_steps": 20000},
     }
 
     def _setup(self):

@@ -53,8 +53,8 @@ Arguments:
     horizon (float): simulated time during which requests arrive.
 
 Presets: `small` (2 dispatchers, 3 pools, about 500 steps), `default` (4 dispatchers,
-6 pools, about 1.3k steps), `large` (16 dispatchers, 32 pools, 90% of the load as background
-traffic, so about 40 SimPy events per step, about 2.4k steps).
+6 pools, about 1.3k steps), `large` (32 dispatchers, 64 pools, 97% of the load as background
+traffic, so about 140 SimPy events per step and about 14x the work per step of `small`).
 
 Version History:
     v0: initial release.
@@ -101,12 +101,12 @@ class LoadBalanceEnv(SimPyParallelEnv):
         },
         "default": {},
         "large": {
-            "n_dispatchers": 16,
-            "n_pools": 32,
+            "n_dispatchers": 32,
+            "n_pools": 64,
             "n_types": 4,
             "servers_range": (4, 16),
             "queue_capacity": 16,
-            "background": 0.9,
+            "background": 0.97,
             "horizon": 100.0,
         },
     }
