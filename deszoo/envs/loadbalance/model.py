@@ -21,6 +21,7 @@ the events and allocations per request compared with a process that waits on
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -174,10 +175,7 @@ class LoadBalanceModel:
             yield sim.timeout(draw.exponential(mean_gap))
             if sim.now >= horizon:
                 return
-            u = draw()
-            kind = 0
-            while u >= cum[kind]:
-                kind += 1
+            kind = bisect_right(cum, draw())  # the first type whose cumulative share > u
             self.arrivals[d] += 1
             if self.all_full():
                 self.blocked[d] += 1
@@ -197,10 +195,7 @@ class LoadBalanceModel:
             yield sim.timeout(draw.exponential(mean_gap))
             if sim.now >= horizon:
                 return
-            u = draw()
-            k = 0
-            while u >= cum[k]:
-                k += 1
+            k = bisect_right(cum, draw())  # pools in proportion to their servers
             kind = min(int(draw() * n_types), n_types - 1)
             self.arrivals[-1] += 1
             self.admit(-1, kind, k)
