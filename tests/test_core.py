@@ -12,7 +12,7 @@ from deszoo.errors import ConfigError
 class Toy(SimPyParallelEnv):
     """Agent ``i`` decides at times ``schedule[i]``; its action is added to its reward."""
 
-    metadata = {"render_modes": ["ansi"], "name": "toy_v0"}
+    metadata = {"render_modes": ["human", "ansi"], "name": "toy_v0"}
     defaults = {"schedule": ((1.0, 3.0), (1.0, 2.0)), "leave_at": None, "periodic": None}
 
     def _setup(self):

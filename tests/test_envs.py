@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pettingzoo.test import parallel_api_test, parallel_seed_test
 
 import deszoo
 from deszoo.errors import (
@@ -21,6 +20,11 @@ from deszoo.errors import (
 )
 
 ENVS = deszoo.list_envs()
+
+
+def strict(name: str, **kwargs):
+    """The scenario at its smallest preset in strict mode (bad actions raise)."""
+    return deszoo.make(name, preset="small", invalid_action="raise", **kwargs)
 
 
 def small(name: str, **kwargs):
@@ -65,18 +69,6 @@ def test_registry_builds_every_preset(name):
         assert env.metadata["name"] == name
         assert {"small", "default", "large"} <= set(module.parallel_env.presets)
         assert callable(module.heuristic)
-
-
-@pytest.mark.parametrize("name", ENVS)
-def test_pettingzoo_parallel_api(name):
-    # PettingZoo's checker samples the unmasked space, so masked-out actions become
-    # flagged no-ops here; the default mode (raise) is tested below.
-    parallel_api_test(deszoo.make(name, invalid_action="noop"), num_cycles=1000)
-
-
-@pytest.mark.parametrize("name", ENVS)
-def test_pettingzoo_parallel_seed(name):
-    parallel_seed_test(lambda: deszoo.make(name, invalid_action="noop"))
 
 
 @pytest.mark.parametrize("name", ENVS)
@@ -220,7 +212,7 @@ def test_action_for_unknown_agent(name):
 
 @pytest.mark.parametrize("name", ENVS)
 def test_missing_action_for_deciding_agent(name):
-    env = small(name)
+    env = strict(name)
     _, infos = env.reset(seed=0)
     agent, need = deciding(env, infos)
     with pytest.raises(MissingActionError, match=agent):
@@ -228,8 +220,9 @@ def test_missing_action_for_deciding_agent(name):
 
 
 @pytest.mark.parametrize("name", ENVS)
-def test_action_outside_space(name):
-    env = small(name)
+@pytest.mark.parametrize("mode", ["random", "raise"])
+def test_action_outside_space(name, mode):
+    env = small(name, invalid_action=mode)
     _, infos = env.reset(seed=0)
     agent, _ = deciding(env, infos)
     n = env.action_space(agent).n
@@ -239,8 +232,8 @@ def test_action_outside_space(name):
 
 
 @pytest.mark.parametrize("name", ENVS)
-def test_action_forbidden_by_mask(name):
-    env = small(name)
+def test_action_forbidden_by_mask_raises_in_strict_mode(name):
+    env = strict(name)
     obs, infos = env.reset(seed=0)
     agent, _ = deciding(env, infos)
     state = rollout_state(env)
@@ -261,18 +254,145 @@ def rollout_state(env):
     return (env.now, env.num_steps, env.num_events, tuple(env.agents))
 
 
+# ---- the invalid-action contract (default mode "random") --------------------------------
+
+
+def masked_out_first(infos: dict) -> dict:
+    """Mask-unaware greedy policy: a forbidden action wherever one exists, else action 0."""
+    actions = {}
+    for agent, info in infos.items():
+        forbidden = np.flatnonzero(info["action_mask"] == 0)
+        actions[agent] = int(forbidden[0]) if len(forbidden) else 0
+    return actions
+
+
 @pytest.mark.parametrize("name", ENVS)
-def test_noop_mode_flags_masked_action(name):
-    env = deszoo.make(name, preset="small", invalid_action="noop")
+def test_masked_out_actions_never_freeze_the_clock(name):
+    # The issue's repro: a deterministic policy that always sends a forbidden action.
+    env = small(name)
     _, infos = env.reset(seed=0)
-    agent, _ = deciding(env, infos)
-    forbidden = np.flatnonzero(infos[agent]["action_mask"] == 0)
+    flagged = 0
+    for _ in range(20_000):
+        if not env.agents:
+            break
+        acts = masked_out_first({a: infos[a] for a in env.agents})
+        deciding_bad = [
+            a for a in env.agents
+            if infos[a]["needs_action"] and infos[a]["action_mask"][acts[a]] == 0
+        ]
+        before = env.now
+        _, _, _, _, infos = env.step(acts)
+        for a in deciding_bad:
+            assert infos[a]["invalid_action"] is True, a
+        flagged += len(deciding_bad)
+        assert env.now >= before
+    assert env.agents == [], "the episode did not end: the clock is frozen"
+    assert flagged > 0, "the policy never sent a forbidden action to a deciding agent"
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_invalid_action_keys_on_every_step_with_fixed_types(name):
+    env = small(name)
+    _, infos = env.reset(seed=1)
+    counts = {a: 0 for a in env.possible_agents}
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        for a, info in infos.items():
+            assert type(info["invalid_action"]) is bool and type(info["invalid_count"]) is int
+            assert type(info["needs_action"]) is bool and type(info["sim_time"]) is float
+            assert info["invalid_count"] == counts[a] + info["invalid_action"]
+            counts[a] = info["invalid_count"]
+        if not env.agents:
+            break
+        acts = {a: int(rng.integers(env.action_space(a).n)) for a in env.agents}
+        *_, infos = env.step(acts)
+    assert sum(counts.values()) > 0
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_fallback_is_a_legal_action_charged_the_penalty(name):
+    def at_decision():
+        env = small(name, invalid_penalty=5.0)
+        _, infos = env.reset(seed=0)
+        agent, _ = deciding(env, infos)
+        first_legal = {a: int(np.flatnonzero(env.mask_buf[env._index[a]])[0])
+                       for a in env.agents}
+        return env, agent, first_legal
+
+    env, agent, legal = at_decision()
+    mask = env.mask_buf[env._index[agent]].copy()
+    forbidden = np.flatnonzero(mask == 0)
     if not len(forbidden):
         pytest.skip("this decision has no forbidden action")
-    legal = {a: int(np.flatnonzero(infos[a]["action_mask"])[0]) for a in env.agents}
-    *_, infos = env.step({**legal, agent: int(forbidden[0])})
-    assert infos[agent]["invalid_action"] is True
-    assert infos[agent]["needs_action"] is True
+    _, rew, _, _, infos = env.step({**legal, agent: int(forbidden[0])})
+    assert infos[agent]["invalid_action"] and infos[agent]["invalid_count"] == 1
+    assert not any(infos[a]["invalid_action"] for a in infos if a != agent)
+    # The same step with each legal action instead: one of them is what the env did.
+    matches = 0
+    for choice in np.flatnonzero(mask):
+        probe, _, _ = at_decision()
+        _, prew, _, _, _ = probe.step({**legal, agent: int(choice)})
+        if np.array_equal(probe.obs_buf, env.obs_buf) and probe.now == env.now:
+            matches += 1
+            assert prew[agent] - 5.0 == pytest.approx(rew[agent], abs=1e-4)
+    assert matches >= 1
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_legal_play_is_the_same_in_both_modes(name):
+    assert same(rollout(small(name), 3, 4), rollout(strict(name), 3, 4))
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_fallback_is_reproducible(name):
+    def run():
+        env = small(name)
+        rng = np.random.default_rng(9)
+        obs, infos = env.reset(seed=5)
+        out = []
+        for _ in range(100):
+            if not env.agents:
+                break
+            out.append(env.step({a: int(rng.integers(env.action_space(a).n))
+                                 for a in env.agents}))
+        return out
+
+    assert same(run(), run())
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_actions_of_agents_not_deciding_are_ignored(name):
+    env, ref = small(name), small(name)
+    _, infos = env.reset(seed=2)
+    ref.reset(seed=2)
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        if not env.agents:
+            break
+        legal = random_masked(rng, {a: infos[a] for a in env.agents})
+        noisy = {a: (act if infos[a]["needs_action"] else env.action_space(a).n - 1)
+                 for a, act in legal.items()}
+        out, ref_out = env.step(noisy), ref.step(legal)
+        assert same(out, ref_out)
+        infos = out[4]
+        assert not any(i["invalid_action"] for i in infos.values())
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_missing_action_is_taken_as_invalid(name):
+    env = small(name)
+    _, infos = env.reset(seed=0)
+    agent, need = deciding(env, infos)
+    *_, infos = env.step({})
+    for a in need:
+        assert infos[a]["invalid_action"] is True
+
+
+def test_noop_mode_is_gone_with_a_pointer():
+    with pytest.raises(ConfigError, match="froze simulated time.*'random'"):
+        deszoo.make("jobshop_v0", invalid_action="noop")
+    with pytest.raises(ConfigError, match="invalid_penalty"):
+        deszoo.make("jobshop_v0", invalid_penalty=-1.0)
 
 
 @pytest.mark.parametrize("name", ENVS)

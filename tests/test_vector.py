@@ -364,9 +364,28 @@ def test_bad_actions_raise_before_sending(backend, bad):
         ref.close()
 
 
-def test_masked_action_is_a_sub_env_error(backend):
-    """A legal-range action the mask forbids raises SubEnvError naming the env; reset recovers."""
+def test_masked_action_is_flagged_and_replaced(backend):
+    """Default contract: a forbidden action becomes a legal one, flagged in that row only."""
     vec = make_vec(toy(), 2, seed=2, **backend)
+    try:
+        obs, infos = vec.reset()
+        assert infos["invalid_action"].dtype == bool and not infos["invalid_action"].any()
+        acts = legal_last(infos["action_mask"])
+        acts[4] = 0  # env 1, agent 1 is deciding: 0 is masked out
+        assert infos["needs_action"][4]
+        acts[0] = 2  # env 0, agent 0 is not deciding here (or is): either way no error
+        obs, rew, term, trunc, infos = vec.step(acts)
+        flagged = np.flatnonzero(infos["invalid_action"])
+        assert 4 in flagged and set(flagged) <= {0, 4}
+        assert infos["invalid_count"][4] == 1 and infos["invalid_count"].dtype == np.int32
+        vec.step(legal_last(infos["action_mask"]))
+    finally:
+        vec.close()
+
+
+def test_masked_action_is_a_sub_env_error_in_strict_mode(backend):
+    """invalid_action="raise": SubEnvError naming the env; reset recovers."""
+    vec = make_vec(toy(invalid_action="raise"), 2, seed=2, **backend)
     try:
         obs, infos = vec.reset()
         acts = legal_last(infos["action_mask"])

@@ -63,7 +63,7 @@ def test_ppo_learns_through_sb3_wrappers():
     from stable_baselines3 import PPO
 
     vec = make_vec("jobshop_v0", 2, backend="shm", num_workers=2, preset="small",
-                   autoreset_mode="SameStep", invalid_action="noop")
+                   autoreset_mode="SameStep")
     venv = VecCheckNan(VecNormalize(VecMonitor(to_sb3(vec))), raise_exception=True)
     try:
         model = PPO("MlpPolicy", venv, n_steps=32, batch_size=48, n_epochs=1, seed=0,

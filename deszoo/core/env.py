@@ -36,14 +36,26 @@ Pickling               An env pickles as its constructor arguments; the unpickle
 Bad input              Typed errors from :mod:`deszoo.errors`.
 =====================  =====================================================================
 
-``invalid_action="noop"`` (instead of the default ``"raise"``) turns a masked-out action
-into a flagged no-op: the agent stays at its decision point and ``infos[agent]`` gets
-``invalid_action=True``. It exists for tools that sample the unmasked space, such as
-PettingZoo's own API and seed tests. Actions outside the space always raise.
+Invalid actions (``invalid_action``, see ``docs/bridge.md``):
+
+* ``"random"`` (default): a masked-out action of an agent at a decision point is replaced
+  by a uniformly random legal action (drawn from a generator of its own, seeded from the
+  episode's seed, so trajectories stay reproducible and legal play is unchanged), flagged
+  in ``infos[agent]["invalid_action"]``, counted in ``infos[agent]["invalid_count"]``
+  (per episode) and charged ``invalid_penalty``. A missing action of a deciding agent is
+  treated the same way. Actions of agents that are not deciding, or have left, are
+  ignored. So every decision is taken and the clock always moves, whatever the policy
+  sends, and a policy that ignores the mask does no better than the random masked policy.
+* ``"raise"``: strict, for debugging: a masked-out action raises ``MaskedActionError``
+  (also a non-zero action of an agent that is not deciding), a missing one
+  ``MissingActionError``, an action for an agent that has left ``UnknownAgentError``.
+
+Actions outside the action space always raise ``InvalidActionError``.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any, ClassVar
 
 import numpy as np
@@ -68,12 +80,29 @@ NOOP = 0
 COMMON_DEFAULTS: dict[str, Any] = {
     "max_steps": None,
     "max_time": None,
-    "invalid_action": "raise",
+    "invalid_action": "random",
+    "invalid_penalty": 0.0,
 }
+INVALID_MODES = ("random", "raise")
 
 
 def _rebuild(cls: type, kwargs: dict[str, Any]) -> SimPyParallelEnv:
     return cls(**kwargs)
+
+
+def _max_cycles_alias(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Accept PettingZoo's ``max_cycles`` as another name for ``max_steps``."""
+    if "max_cycles" not in kwargs:
+        return kwargs
+    kwargs = dict(kwargs)
+    cycles = kwargs.pop("max_cycles")
+    if "max_steps" in kwargs and kwargs["max_steps"] != cycles:
+        raise ConfigError(
+            f"{name}: max_cycles={cycles!r} and max_steps={kwargs['max_steps']!r} disagree; "
+            "they are two names of one limit, give one"
+        )
+    kwargs["max_steps"] = cycles
+    return kwargs
 
 
 class SimPyParallelEnv(ParallelEnv):
@@ -84,45 +113,64 @@ class SimPyParallelEnv(ParallelEnv):
     implement :meth:`_setup`, :meth:`_build`, :meth:`_observe` and :meth:`_render_text`.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "name": "simpy_env"}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["human", "ansi"], "name": "simpy_env"}
     defaults: ClassVar[dict[str, Any]] = {}
     presets: ClassVar[dict[str, dict[str, Any]]] = {"default": {}}
 
-    def __init__(self, render_mode: str | None = None, preset: str = "default", **kwargs: Any):
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+    def __init__(
+        self,
+        render_mode: str | None = None,
+        preset: str = "default",
+        mask_in_obs: bool = False,
+        **kwargs: Any,
+    ):
+        name = self.metadata["name"]
+        modes = self.metadata["render_modes"]
+        if render_mode is not None and render_mode not in modes:
             raise ConfigError(
-                f"{type(self).__name__}: render_mode={render_mode!r} is not supported; "
-                f"valid: None or one of {self.metadata['render_modes']}"
+                f"{name}: render_mode={render_mode!r} is not supported; valid: None or one "
+                f"of {modes}"
             )
         if preset not in self.presets:
             raise ConfigError(
-                f"{self.metadata['name']}: unknown preset {preset!r}; valid presets: "
-                f"{sorted(self.presets)}"
+                f"{name}: unknown preset {preset!r}; valid presets: {sorted(self.presets)}"
             )
+        if not isinstance(mask_in_obs, (bool, np.bool_)):
+            raise ConfigError(f"{name}: mask_in_obs={mask_in_obs!r} must be True or False")
+        kwargs = _max_cycles_alias(name, kwargs)
         allowed = {**COMMON_DEFAULTS, **self.defaults}
         unknown = sorted(set(kwargs) - set(allowed))
         if unknown:
             raise ConfigError(
-                f"{self.metadata['name']}: unknown argument(s) {unknown}; valid arguments: "
-                f"render_mode, preset, {', '.join(sorted(allowed))}"
+                f"{name}: unknown argument(s) {unknown}; valid arguments: render_mode, "
+                f"preset, mask_in_obs, max_cycles, {', '.join(sorted(allowed))}"
             )
         self.render_mode = render_mode
-        self._kwargs = {"render_mode": render_mode, "preset": preset, **kwargs}
+        self.mask_in_obs = bool(mask_in_obs)
+        self._kwargs = {
+            "render_mode": render_mode, "preset": preset, "mask_in_obs": self.mask_in_obs,
+            **kwargs,
+        }
         self.config: dict[str, Any] = {**allowed, **self.presets[preset], **kwargs}
-        if self.config["invalid_action"] not in ("raise", "noop"):
+        mode = self.config["invalid_action"]
+        if mode == "noop":
             raise ConfigError(
-                f"invalid_action={self.config['invalid_action']!r}; valid: 'raise' or 'noop'"
+                f"{name}: invalid_action='noop' was removed: it left the agent waiting, which "
+                "froze simulated time; use 'random' (the default: a random legal action, "
+                "flagged in infos) or 'raise'"
             )
+        if mode not in INVALID_MODES:
+            raise ConfigError(
+                f"{name}: invalid_action={mode!r}; valid: 'random' (default) or 'raise'"
+            )
+        penalty = self.config["invalid_penalty"]
+        if not is_number(penalty) or not 0 <= penalty < float("inf"):
+            raise ConfigError(
+                f"{name}: invalid_penalty={penalty!r} must be a finite number >= 0"
+            )
+        self._strict = mode == "raise"
         for key in ("max_steps", "max_time"):
-            value = self.config[key]
-            if value is not None and (not is_number(value) or not value > 0):
-                raise ConfigError(
-                    f"{self.metadata['name']}: {key}={value!r} must be a positive number or None"
-                )
-        if self.config["max_steps"] is not None and not is_int(self.config["max_steps"]):
-            raise ConfigError(
-                f"{self.metadata['name']}: max_steps={self.config['max_steps']!r} must be an int"
-            )
+            self._check_limit(key, self.config[key])
 
         names, obs_low, obs_high, n_actions = self._setup()
         self.possible_agents: list[str] = list(names)
@@ -131,9 +179,16 @@ class SimPyParallelEnv(ParallelEnv):
         self.n_actions = int(n_actions)
         low = np.asarray(obs_low, dtype=np.float32)
         high = np.asarray(obs_high, dtype=np.float32)
-        self._obs_space = spaces.Box(low, high, dtype=np.float32)
+        self._box = spaces.Box(low, high, dtype=np.float32)
+        self._mask_space = spaces.Box(0, 1, (self.n_actions,), dtype=np.int8)
+        if self.mask_in_obs:  # PettingZoo's convention for masks in observations
+            self._obs_space = spaces.Dict(
+                {"observation": self._box, "action_mask": self._mask_space}
+            )
+        else:
+            self._obs_space = self._box
         self._act_space = spaces.Discrete(self.n_actions)
-        n, d = len(self.possible_agents), self._obs_space.shape[0]
+        n, d = len(self.possible_agents), self._box.shape[0]
         # Per-agent state lives in arrays so vector backends can copy it out in one go.
         self.obs_buf = np.zeros((n, d), dtype=np.float32)
         self.mask_buf = np.zeros((n, self.n_actions), dtype=np.int8)
@@ -142,14 +197,56 @@ class SimPyParallelEnv(ParallelEnv):
         self.trunc_buf = np.zeros(n, dtype=bool)
         self.live = np.zeros(n, dtype=bool)
         self.needs_buf = np.zeros(n, dtype=bool)
+        self.invalid_buf = np.zeros(n, dtype=bool)
+        self.invalid_count = np.zeros(n, dtype=np.int32)
+        self._rows = np.arange(n)
         self.sim: simpy.Environment | None = None
         self.rng: np.random.Generator | None = None
         self._seed_seq: np.random.SeedSequence | None = None
+        self._episode_seq: np.random.SeedSequence | None = None
+        self._fallback_rng: np.random.Generator | None = None
         self._pending: dict[int, simpy.Event] = {}
-        self._invalid: set[int] = set()
         self._over = True
+        self._closed = False
         self.num_steps = 0
         self.num_events = 0
+
+    def _check_limit(self, key: str, value: Any) -> None:
+        if value is None:
+            return
+        if key == "max_steps":
+            ok = is_int(value) and value > 0
+        else:
+            ok = is_number(value) and 0 < value < float("inf")
+        if not ok:
+            need = "a positive int" if key == "max_steps" else "a positive finite number"
+            raise ConfigError(f"{self.metadata['name']}: {key}={value!r} must be {need} or None")
+
+    # Episode limits as attributes, so ``vec.set_attr("max_steps", 100)`` works per sim (and
+    # ``max_cycles``, PettingZoo's name, which its parallel_api_test sets).
+    @property
+    def max_steps(self) -> int | None:
+        """Truncate after this many env steps (``None``: no limit)."""
+        return self.config["max_steps"]
+
+    @max_steps.setter
+    def max_steps(self, value: int | None) -> None:
+        self._check_limit("max_steps", value)
+        self.config["max_steps"] = value
+        self._kwargs["max_steps"] = value
+
+    max_cycles = max_steps
+
+    @property
+    def max_time(self) -> float | None:
+        """Truncate when the simulated clock would pass this time (``None``: no limit)."""
+        return self.config["max_time"]
+
+    @max_time.setter
+    def max_time(self, value: float | None) -> None:
+        self._check_limit("max_time", value)
+        self.config["max_time"] = value
+        self._kwargs["max_time"] = value
 
     # ---- hooks for scenarios -------------------------------------------------------
     def _setup(self) -> tuple[list[str], np.ndarray, np.ndarray, int]:
@@ -244,7 +341,7 @@ class SimPyParallelEnv(ParallelEnv):
         return self.sim.process(clock())
 
     # ---- PettingZoo API -----------------------------------------------------------
-    def observation_space(self, agent: str) -> spaces.Box:
+    def observation_space(self, agent: str) -> spaces.Space:
         self._check_agent_name(agent)
         return self._obs_space  # one cached object for every agent and every call
 
@@ -254,7 +351,7 @@ class SimPyParallelEnv(ParallelEnv):
 
     def reset(
         self, seed: int | None = None, options: dict | None = None
-    ) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+    ) -> tuple[dict[str, Any], dict[str, dict]]:
         self.reset_arrays(seed)
         return self._obs_dict(), self._info_dict(self.agents)
 
@@ -262,7 +359,7 @@ class SimPyParallelEnv(ParallelEnv):
         if self.sim is None or not self.agents:
             raise ResetNeededError(
                 f"{self.metadata['name']}: step() called "
-                + ("before reset()" if self.sim is None else "after the episode ended")
+                + self._not_running()
                 + "; call reset() first"
             )
         if not isinstance(actions, dict):
@@ -270,22 +367,36 @@ class SimPyParallelEnv(ParallelEnv):
                 f"actions must be a dict from agent name to action, got {type(actions).__name__}"
             )
         acts = np.zeros(len(self.possible_agents), dtype=np.int64)
+        given = np.zeros(len(self.possible_agents), dtype=bool)
         for name, action in actions.items():
             i = self._index.get(name)
-            if i is None or not self.live[i]:
+            if i is None:
                 raise UnknownAgentError(
-                    f"action for unknown agent {name!r}; live agents: {self.agents}"
+                    f"action for unknown agent {name!r}; possible agents: "
+                    f"{self.possible_agents}"
                 )
-            acts[i] = self._check_action(name, action)
-        for i in self._pending:
-            if self.possible_agents[i] not in actions:
+            value = self._check_action(name, action)
+            if not self.live[i]:
+                if self._strict:
+                    raise UnknownAgentError(
+                        f"action for agent {name!r}, which has left the episode; live "
+                        f"agents: {self.agents}"
+                    )
+                continue  # lenient: an action for an agent that has left is ignored
+            acts[i] = value
+            given[i] = True
+        missing = None
+        if not all(given[i] for i in self._pending):
+            missing = ~given
+            if self._strict:
+                i = next(i for i in self._pending if not given[i])
                 raise MissingActionError(
-                    f"agent {self.possible_agents[i]!r} is at a decision point and needs an "
-                    f"action; valid actions: {self._legal(i)}"
+                    f"agent {self.possible_agents[i]!r} is at a decision point and needs "
+                    f"an action; valid actions: {self._legal(i)}"
                 )
         before = self.agents
-        self.step_arrays(acts)
-        obs = {a: self.obs_buf[self._index[a]].copy() for a in before}
+        self.step_arrays(acts, missing)
+        obs = self._obs_dict(before)
         rew = {a: float(self.rew_buf[self._index[a]]) for a in before}
         term = {a: bool(self.term_buf[self._index[a]]) for a in before}
         trunc = {a: bool(self.trunc_buf[self._index[a]]) for a in before}
@@ -294,11 +405,21 @@ class SimPyParallelEnv(ParallelEnv):
     def render(self) -> str | None:
         if self.render_mode == "ansi":
             return self._render_text()
+        if self.render_mode == "human":
+            if self.sim is not None:
+                sys.stdout.write(self._render_text() + "\n")
+            return None
         return None
 
     def close(self) -> None:
         self.sim = None
         self._pending = {}
+        self._closed = True
+
+    def _not_running(self) -> str:
+        if self._closed:
+            return "after close()"
+        return "before reset()" if self.sim is None else "after the episode ended"
 
     def __reduce__(self):
         return (_rebuild, (type(self), dict(self._kwargs)))
@@ -310,10 +431,12 @@ class SimPyParallelEnv(ParallelEnv):
             self._seed_seq = np.random.SeedSequence(int(seed))
         elif self._seed_seq is None:
             self._seed_seq = np.random.SeedSequence()
-        self.rng = np.random.default_rng(self._seed_seq.spawn(1)[0])
+        self._episode_seq = self._seed_seq.spawn(1)[0]
+        self.rng = np.random.default_rng(self._episode_seq)
+        self._fallback_rng = None  # drawn from the episode's seed when first needed
         self.sim = simpy.Environment()
         self._pending = {}
-        self._invalid = set()
+        self._closed = False
         self._over = False
         self.num_steps = 0
         self.num_events = 0
@@ -321,40 +444,68 @@ class SimPyParallelEnv(ParallelEnv):
         self.term_buf[:] = False
         self.trunc_buf[:] = False
         self.rew_buf[:] = 0.0
+        self.invalid_buf[:] = False
+        self.invalid_count[:] = 0
         self._build()
         self._advance()
         self.rew_buf[:] = 0.0  # rewards before the first decision belong to no action
         self._finish_step()
 
-    def step_arrays(self, acts: np.ndarray) -> None:
-        """Step with one action per possible agent (``acts[i]``, dead agents send ``0``).
+    def step_arrays(self, acts: np.ndarray, missing: np.ndarray | None = None) -> None:
+        """Step with one action per possible agent (``acts[i]``).
 
-        Actions must already be in range; the mask is checked here.
+        Actions must already be in the action space; the masks are applied here.
+        ``missing`` (bool per agent, optional) marks agents that sent no action.
         """
         if self._over:
             raise ResetNeededError(f"{self.metadata['name']}: episode ended; call reset() first")
-        mask = self.mask_buf
-        noop_mode = self.config["invalid_action"] == "noop"
-        self._invalid = set()
-        for i in range(len(acts)):
-            a = acts[i]
-            if not mask[i, a]:
-                if noop_mode:
-                    self._invalid.add(i)
-                    continue
-                raise MaskedActionError(
-                    f"agent {self.possible_agents[i]!r} got action {int(a)}; valid actions "
-                    f"under its mask: {self._legal(i)}"
-                )
+        invalid = self.invalid_buf
+        invalid[:] = False
+        legal = self.mask_buf[self._rows, acts]
+        if missing is not None or not legal.all():
+            acts = self._apply_invalid(acts, legal.astype(bool), missing)
         self.rew_buf[:] = 0.0
         self.term_buf[:] = False
         for i, event in list(self._pending.items()):
-            if i not in self._invalid:
-                del self._pending[i]
-                event.succeed(int(acts[i]))
+            del self._pending[i]
+            event.succeed(int(acts[i]))
+        if invalid.any():
+            self.rew_buf[invalid] -= self.config["invalid_penalty"]
         self.num_steps += 1
         self._advance()
         self._finish_step()
+
+    def _apply_invalid(
+        self, acts: np.ndarray, legal: np.ndarray, missing: np.ndarray | None
+    ) -> np.ndarray:
+        """Raise (strict mode), or replace each deciding agent's invalid or missing action."""
+        if missing is not None:
+            legal &= ~missing
+        bad = np.flatnonzero(~legal).tolist()
+        if self._strict:
+            for i in bad:
+                if missing is not None and missing[i]:
+                    if i in self._pending:
+                        raise MissingActionError(
+                            f"agent {self.possible_agents[i]!r} is at a decision point and "
+                            f"needs an action; valid actions: {self._legal(i)}"
+                        )
+                    continue
+                raise MaskedActionError(
+                    f"agent {self.possible_agents[i]!r} got action {int(acts[i])}; valid "
+                    f"actions under its mask: {self._legal(i)}"
+                )
+        acts = acts.copy()
+        for i in bad:
+            if i not in self._pending:
+                continue  # not deciding, or gone: its action is ignored
+            if self._fallback_rng is None:
+                self._fallback_rng = np.random.default_rng(self._episode_seq.spawn(1)[0])
+            choices = np.flatnonzero(self.mask_buf[i])
+            acts[i] = choices[int(self._fallback_rng.integers(len(choices)))]
+            self.invalid_buf[i] = True
+            self.invalid_count[i] += 1
+        return acts
 
     # ---- internals ----------------------------------------------------------------
     def _advance(self) -> None:
@@ -436,20 +587,29 @@ class SimPyParallelEnv(ParallelEnv):
     def _legal(self, i: int) -> list[int]:
         return np.flatnonzero(self.mask_buf[i]).tolist()
 
-    def _obs_dict(self) -> dict[str, np.ndarray]:
-        return {a: self.obs_buf[self._index[a]].copy() for a in self.agents}
+    def _obs_dict(self, names: list[str] | None = None) -> dict[str, Any]:
+        names = self.agents if names is None else names
+        if self.mask_in_obs:
+            return {
+                a: {
+                    "observation": self.obs_buf[self._index[a]].copy(),
+                    "action_mask": self.mask_buf[self._index[a]].copy(),
+                }
+                for a in names
+            }
+        return {a: self.obs_buf[self._index[a]].copy() for a in names}
 
     def _info_dict(self, names: list[str]) -> dict[str, dict]:
+        # The same keys with the same types on every step (TorchRL builds a spec from them).
         now = self.now
         infos = {}
         for a in names:
             i = self._index[a]
-            info = {
+            infos[a] = {
                 "sim_time": now,
-                "needs_action": i in self._pending,
+                "needs_action": bool(self.needs_buf[i]),
                 "action_mask": self.mask_buf[i].copy(),
+                "invalid_action": bool(self.invalid_buf[i]),
+                "invalid_count": int(self.invalid_count[i]),
             }
-            if i in self._invalid:
-                info["invalid_action"] = True
-            infos[a] = info
         return infos

@@ -30,6 +30,8 @@ ROW_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("live", "", np.bool_),
     ("needs", "", np.bool_),
     ("final", "", np.bool_),
+    ("invalid", "", np.bool_),
+    ("invalid_count", "", np.int32),
 )
 # Per-env fields: the clock and the SimPy events processed since the vector env was built.
 SIM_FIELDS: tuple[tuple[str, Any], ...] = (("sim_time", np.float64), ("events", np.int64))
@@ -42,8 +44,12 @@ ENV_ATTRS = {
     "trunc": "trunc_buf",
     "live": "live",
     "needs": "needs_buf",
+    "invalid": "invalid_buf",
+    "invalid_count": "invalid_count",
 }
 ALIGN = 64
+# What a same-step reset keeps of the step that ended the episode.
+SAME_STEP_KEEP = ("rew", "term", "trunc", "invalid")
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,8 @@ class Buffers:
     live: np.ndarray
     needs: np.ndarray
     final: np.ndarray
+    invalid: np.ndarray
+    invalid_count: np.ndarray
     sim_time: np.ndarray
     events: np.ndarray
 
@@ -234,9 +242,11 @@ class EnvGroup:
         bufs, hi = self.bufs, lo + self.n
         bufs.final_obs[lo:hi] = bufs.obs[lo:hi]
         bufs.final[lo:hi] = True
-        done = (bufs.rew[lo:hi].copy(), bufs.term[lo:hi].copy(), bufs.trunc[lo:hi].copy())
+        rows = slice(lo, hi)
+        done = [getattr(bufs, f)[rows].copy() for f in SAME_STEP_KEEP]
         self._reset_one(k, None)
-        bufs.rew[lo:hi], bufs.term[lo:hi], bufs.trunc[lo:hi] = done
+        for f, value in zip(SAME_STEP_KEEP, done, strict=True):
+            getattr(bufs, f)[rows] = value
 
     def rebuild(self, sim: int, seed: int | None) -> None:
         """Replace env ``sim`` by a fresh one; its next step resets it with ``seed``."""

@@ -37,15 +37,21 @@ class VecSpec:
     name: str
     num_sims: int
     agents: tuple[str, ...]
-    observation_space: spaces.Box
+    observation_space: spaces.Space
     action_space: spaces.Discrete
+
+    @property
+    def obs_box(self) -> spaces.Box:
+        """The flat observation (the ``"observation"`` part of a ``mask_in_obs`` Dict)."""
+        space = self.observation_space
+        return space["observation"] if isinstance(space, spaces.Dict) else space
 
     @property
     def layout(self) -> Layout:
         return Layout(
             self.num_sims,
             len(self.agents),
-            int(self.observation_space.shape[0]),
+            int(self.obs_box.shape[0]),
             int(self.action_space.n),
         )
 
@@ -99,6 +105,8 @@ class DeszooVecEnv(VectorEnv):
         self.action_space = batch_space(spec.action_space, self.num_envs)
         self.n_actions = int(spec.action_space.n)
         self.autoreset_mode = mode
+        # PettingZoo's mask convention: observations {"observation", "action_mask"}.
+        self._mask_in_obs = isinstance(spec.observation_space, spaces.Dict)
         self.metadata = {"autoreset_mode": mode, "render_modes": [], "name": spec.name}
         self.on_error = on_error
         self.copy = copy
@@ -204,11 +212,21 @@ class DeszooVecEnv(VectorEnv):
             "live": take(bufs.live),
             "sim_time": sim_time,
             "restarted": restarted,
+            "invalid_action": take(bufs.invalid),
+            "invalid_count": take(bufs.invalid_count),
         }
+        obs = take(bufs.obs)
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
-            infos["final_obs"] = take(bufs.final_obs)
+            final_obs = take(bufs.final_obs)
+            if self._mask_in_obs:  # an ended episode's agents decide nothing: no-op masks
+                noop = np.zeros_like(infos["action_mask"])
+                noop[:, 0] = 1
+                final_obs = {"observation": final_obs, "action_mask": noop}
+            infos["final_obs"] = final_obs
             infos["_final_obs"] = take(bufs.final)
-        return take(bufs.obs), take(bufs.rew), take(bufs.term), take(bufs.trunc), infos
+        if self._mask_in_obs:
+            obs = {"observation": obs, "action_mask": infos["action_mask"].copy()}
+        return obs, take(bufs.rew), take(bufs.term), take(bufs.trunc), infos
 
     def _mark_restarted(self, bufs: Buffers, sims: Sequence[int]) -> None:
         """Report the episodes of rebuilt envs ``sims`` as truncated, rows dead."""
@@ -225,6 +243,8 @@ class DeszooVecEnv(VectorEnv):
             bufs.final[rows] = self.autoreset_mode is AutoresetMode.SAME_STEP
             bufs.mask[rows] = 0
             bufs.mask[rows, 0] = 1
+            bufs.invalid[rows] = False
+            bufs.invalid_count[rows] = 0
             self._restarted[rows] = True
 
     def _raise_failures(self, failures: Sequence[EnvFailure]) -> None:

@@ -52,7 +52,10 @@ log = logging.getLogger(__name__)
 
 INSTALL_HINT = "backend='ray' needs Ray: pip install 'deszoo[ray]'"
 # Fields the parent reads back from an actor's block (``final_obs``/``final``: SameStep only).
-FIELDS = ("obs", "mask", "rew", "term", "trunc", "live", "needs", "sim_time", "events")
+FIELDS = (
+    "obs", "mask", "rew", "term", "trunc", "live", "needs", "invalid", "invalid_count",
+    "sim_time", "events",
+)
 SAME_STEP_FIELDS = ("final_obs", "final")
 SIM_FIELDS = ("sim_time", "events")
 # Default actor options: Ray's default resources for actors (one CPU to be placed, none held

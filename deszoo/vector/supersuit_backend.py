@@ -63,7 +63,7 @@ class AgentVecEnv:
         env = self.group.envs[0]
         agent = env.possible_agents[0]
         self.num_envs = layout.n_agents
-        self.observation_space = env.observation_space(agent)
+        self.observation_space = env._box
         self.action_space = env.action_space(agent)
         self.metadata = env.metadata
         self.render_mode = None
@@ -86,8 +86,8 @@ class AgentVecEnv:
         b = self.bufs
         final = (b.final_obs.copy(), b.final.copy()) if self.same_step else None
         packed = (
-            b.mask.copy(), b.needs.copy(), b.live.copy(), float(b.sim_time[0]),
-            int(b.events[0]), final,
+            b.mask.copy(), b.needs.copy(), b.live.copy(), b.invalid.copy(),
+            b.invalid_count.copy(), float(b.sim_time[0]), int(b.events[0]), final,
         )
         return [{INFO_KEY: packed}] + [{} for _ in range(self.num_envs - 1)]
 
@@ -297,7 +297,7 @@ class SuperSuitVecEnv(DeszooVecEnv):
         ]
         self.num_cpus = min(int(num_cpus), self.num_sims)
         self._bufs = Buffers(self.layout)
-        obs_space, act_space = spec.observation_space, spec.action_space
+        obs_space, act_space = spec.obs_box, spec.action_space
         if self.num_cpus <= 1:
             self._ss = ConcatVecEnv(fns, obs_space, act_space)
         else:
@@ -322,9 +322,10 @@ class SuperSuitVecEnv(DeszooVecEnv):
             b.term[:] = False
             b.trunc[:] = False
         for s in range(self.num_sims):
-            mask, needs, live, now, events, final = infos[s * n][INFO_KEY]
+            mask, needs, live, invalid, count, now, events, final = infos[s * n][INFO_KEY]
             rows = slice(s * n, (s + 1) * n)
             b.mask[rows], b.needs[rows], b.live[rows] = mask, needs, live
+            b.invalid[rows], b.invalid_count[rows] = invalid, count
             b.sim_time[s], b.events[s] = now, events
             if final is not None:
                 b.final_obs[rows], b.final[rows] = final

@@ -73,7 +73,7 @@ class ToyEnv(SimPyParallelEnv):
     fails (in a vector env built with ``seed=b``, env ``s - b``).
     """
 
-    metadata = {"render_modes": ["ansi"], "name": "vectoy_v0"}
+    metadata = {"render_modes": ["human", "ansi"], "name": "vectoy_v0"}
     defaults = {
         "n_agents": 3,
         "horizon": 6.0,

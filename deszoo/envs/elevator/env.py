@@ -84,7 +84,7 @@ MINUTE = 60.0
 class ElevatorEnv(SimPyParallelEnv):
     """Elevator bank with event-driven car decisions; see the module docstring."""
 
-    metadata = {"render_modes": ["ansi"], "name": "elevator_v0"}
+    metadata = {"render_modes": ["human", "ansi"], "name": "elevator_v0"}
     defaults = {
         "n_floors": 12,
         "n_cars": 4,

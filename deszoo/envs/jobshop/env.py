@@ -64,7 +64,7 @@ SLOT = 6
 class JobShopEnv(SimPyParallelEnv):
     """Flexible job shop; see the module docstring."""
 
-    metadata = {"render_modes": ["ansi"], "name": "jobshop_v0"}
+    metadata = {"render_modes": ["human", "ansi"], "name": "jobshop_v0"}
     defaults = {
         "n_machines": 4,
         "n_jobs": 100,

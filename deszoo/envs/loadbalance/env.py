@@ -77,7 +77,7 @@ WAIT, SERVICE = 4, 5  # offsets of the expected wait and service time within a p
 class LoadBalanceEnv(SimPyParallelEnv):
     """Dispatchers routing requests to server pools; see the module docstring."""
 
-    metadata = {"render_modes": ["ansi"], "name": "loadbalance_v0"}
+    metadata = {"render_modes": ["human", "ansi"], "name": "loadbalance_v0"}
     defaults = {
         "n_dispatchers": 4,
         "n_pools": 6,

@@ -107,7 +107,7 @@ _NONNEG = ("demand", "base_fare", "fare_per_minute", "cost_per_minute")
 class RideHailEnv(SimPyParallelEnv):
     """Ride-hailing drivers with shifts; see the module docstring."""
 
-    metadata = {"render_modes": ["ansi"], "name": "ridehail_v0"}
+    metadata = {"render_modes": ["human", "ansi"], "name": "ridehail_v0"}
     defaults = {
         "zones_x": 4,
         "zones_y": 4,

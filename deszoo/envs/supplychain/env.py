@@ -91,7 +91,7 @@ Z_RETAIL = 0.5  # safety factor of the heuristic at retailers (upstream: none)
 class SupplyChainEnv(SimPyParallelEnv):
     """Multi-echelon supply chain with periodic orders; see the module docstring."""
 
-    metadata = {"render_modes": ["ansi"], "name": "supplychain_v0"}
+    metadata = {"render_modes": ["human", "ansi"], "name": "supplychain_v0"}
     defaults = {
         "widths": (4, 2, 2, 1),
         "demand_rate": 8.0,

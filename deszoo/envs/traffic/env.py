@@ -85,7 +85,7 @@ _PHASE_SLOTS = [phase_lanes(p) for p in range(N_PHASES)]
 class TrafficEnv(SimPyParallelEnv):
     """Grid of signalised intersections; see the module docstring."""
 
-    metadata = {"render_modes": ["ansi"], "name": "traffic_v0"}
+    metadata = {"render_modes": ["human", "ansi"], "name": "traffic_v0"}
     defaults = {
         "rows": 3,
         "cols": 3,

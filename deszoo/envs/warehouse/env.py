@@ -106,7 +106,7 @@ _POSITIVE = ("cell_time", "pitch_time", "pick_time", "drop_time", "wait_time", "
 class WarehouseEnv(SimPyParallelEnv):
     """Robot fleet picking orders; see the module docstring."""
 
-    metadata = {"render_modes": ["ansi"], "name": "warehouse_v0"}
+    metadata = {"render_modes": ["human", "ansi"], "name": "warehouse_v0"}
     defaults = {
         "n_robots": 6,
         "n_aisles": 8,
