@@ -6,11 +6,12 @@ import functools
 
 import numpy as np
 import pytest
+from conftest import HAS_RAY
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 import deszoo
-from deszoo.errors import ConfigError, InvalidActionError, ResetNeededError, SubEnvError
+from deszoo.errors import ConfigError, InvalidActionError, SubEnvError
 from deszoo.vector import make_vec
 from deszoo.vector.testing import (
     ToyEnv,
@@ -29,6 +30,8 @@ BACKENDS = {
     "shm2": dict(backend="shm", num_workers=2),
     "shm3": dict(backend="shm", num_workers=3),
 }
+if HAS_RAY:
+    BACKENDS["ray2"] = dict(backend="ray", num_workers=2)
 SPAWN = {
     "shm-spawn": dict(backend="shm", num_workers=2, start_method="spawn"),
     "supersuit-spawn": dict(backend="supersuit", num_workers=2, start_method="spawn"),
@@ -48,19 +51,28 @@ def toy(**kwargs):
     return functools.partial(ToyEnv, **kwargs)
 
 
+def vec_of(env, num_envs: int, backend: dict, **kwargs):
+    """make_vec with a backend's options, its workers capped at one per env."""
+    opts = dict(backend)
+    if opts.get("num_workers", 0) > num_envs:
+        opts["num_workers"] = num_envs
+    return make_vec(env, num_envs, **opts, **kwargs)
+
+
 @pytest.fixture(params=sorted(BACKENDS))
-def backend(request):
-    return BACKENDS[request.param]
+def backend(request, backend_opts):
+    return backend_opts(BACKENDS[request.param])
 
 
 @pytest.mark.parametrize("scenario", deszoo.list_envs())
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
-def test_backends_bit_identical(scenario, mode):
+def test_backends_bit_identical(scenario, mode, backend_opts):
     """Same seed, same actions: every backend gives the same bytes, across autoresets."""
     kwargs = scenario_kwargs(scenario)
     runs = {}
     for name, opts in BACKENDS.items():
-        vec = make_vec(scenario, 5, seed=11, autoreset_mode=mode, **opts, **kwargs)
+        vec = make_vec(scenario, 5, seed=11, autoreset_mode=mode, **backend_opts(opts),
+                       **kwargs)
         try:
             runs[name] = rollout(vec, 60)
         finally:
@@ -97,7 +109,7 @@ def test_spawn_with_lambda_factory():
 
 def test_interface(backend):
     """Gymnasium VectorEnv over flattened agents: spaces, shapes, dtypes, infos."""
-    vec = make_vec("jobshop_v0", 3, seed=0, preset="small", **backend)
+    vec = vec_of("jobshop_v0", 3, backend, seed=0, preset="small")
     try:
         n = len(deszoo.make("jobshop_v0", preset="small").possible_agents)
         assert isinstance(vec, VectorEnv)
@@ -126,7 +138,7 @@ def test_interface(backend):
 
 def test_env_i_gets_seed_plus_i(backend):
     """Env ``i`` of ``reset(seed=s)`` runs exactly as a lone env seeded ``s + i``."""
-    vec = make_vec(toy(), 4, **backend)
+    vec = vec_of(toy(), 4, backend)
     single = [make_vec(toy(), 1, backend="roundrobin") for _ in range(4)]
     try:
         got = rollout(vec, 20, seed=100, policy="last")
@@ -181,8 +193,8 @@ def test_supersuit_upstream_seed_bug_is_fixed():
 
 def test_reset_seeds_and_reproducible_autoresets(backend):
     """make_vec(seed=s) seeds the first reset; later episodes follow each env's own stream."""
-    a = make_vec(toy(), 3, seed=7, **backend)
-    b = make_vec(toy(), 3, seed=None, **backend)
+    a = vec_of(toy(), 3, backend, seed=7)
+    b = vec_of(toy(), 3, backend, seed=None)
     try:
         first = rollout(a, 40)
         again = rollout(b, 40, seed=7)
@@ -200,7 +212,7 @@ def test_reset_seeds_and_reproducible_autoresets(backend):
 
 def test_next_step_autoreset(backend):
     """The step after term/trunc resets the env: reward 0, no flags, fresh obs, action ignored."""
-    vec = make_vec(toy(), 2, seed=3, **backend)
+    vec = vec_of(toy(), 2, backend, seed=3)
     lone = ToyEnv()
     try:
         obs, infos = vec.reset()
@@ -231,8 +243,8 @@ def test_next_step_autoreset(backend):
 
 def test_same_step_autoreset_matches_next_step(backend):
     """SameStep returns the next episode's first obs at once and the final obs in infos."""
-    nxt = make_vec(toy(), 2, seed=4, **backend)
-    same = make_vec(toy(), 2, seed=4, autoreset_mode="SameStep", **backend)
+    nxt = vec_of(toy(), 2, backend, seed=4)
+    same = vec_of(toy(), 2, backend, seed=4, autoreset_mode="SameStep")
     try:
         assert same.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
         o1, i1 = nxt.reset()
@@ -260,7 +272,7 @@ def test_same_step_autoreset_matches_next_step(backend):
 
 def test_dead_agents_keep_the_batch_shape(backend):
     """An agent that leaves: term once, then zero obs, no-op mask, live False, no reward."""
-    vec = make_vec(toy(), 2, seed=1, **backend)
+    vec = vec_of(toy(), 2, backend, seed=1)
     try:
         obs, infos = vec.reset()
         left, checked = False, 0
@@ -350,7 +362,7 @@ def test_async_api_misuse():
 )
 def test_bad_actions_raise_before_sending(backend, bad):
     """Wrong shape, dtype or range: InvalidActionError, and the envs did not move."""
-    vec = make_vec(toy(), 2, seed=2, **backend)
+    vec = vec_of(toy(), 2, backend, seed=2)
     ref = make_vec(toy(), 2, seed=2, backend="roundrobin")
     try:
         obs, infos = vec.reset()
@@ -366,7 +378,7 @@ def test_bad_actions_raise_before_sending(backend, bad):
 
 def test_masked_action_is_flagged_and_replaced(backend):
     """Default contract: a forbidden action becomes a legal one, flagged in that row only."""
-    vec = make_vec(toy(), 2, seed=2, **backend)
+    vec = vec_of(toy(), 2, backend, seed=2)
     try:
         obs, infos = vec.reset()
         assert infos["invalid_action"].dtype == bool and not infos["invalid_action"].any()
@@ -384,25 +396,35 @@ def test_masked_action_is_flagged_and_replaced(backend):
 
 
 def test_masked_action_is_a_sub_env_error_in_strict_mode(backend):
-    """invalid_action="raise": SubEnvError naming the env; reset recovers."""
-    vec = make_vec(toy(invalid_action="raise"), 2, seed=2, **backend)
+    """invalid_action="raise": SubEnvError naming the env, which did not move; every other
+    env stepped and its results come with the error; the run goes on (issue 11, F7)."""
+    vec = vec_of(toy(invalid_action="raise"), 2, backend, seed=2)
+    ref = make_vec(toy(invalid_action="raise"), 2, seed=2, backend="roundrobin")
     try:
         obs, infos = vec.reset()
+        ref.reset()
         acts = legal_last(infos["action_mask"])
-        acts[4] = 0  # env 1, agent 1 is deciding: 0 is masked out
+        bad = acts.copy()
+        bad[4] = 0  # env 1, agent 1 is deciding: 0 is masked out
         assert infos["needs_action"][4]
         with pytest.raises(SubEnvError) as err:
-            vec.step(acts)
+            vec.step(bad)
         assert err.value.env_index == 1 and err.value.error_type == "MaskedActionError"
         assert "step_arrays" in err.value.worker_traceback
-        if backend.get("num_workers", 0) >= 2 and backend["backend"] == "supersuit":
-            return  # SuperSuit's worker exits after an error: the vector env is done
-        with pytest.raises(ResetNeededError):
-            vec.step(acts)
-        obs, infos = vec.reset()
-        vec.step(legal_last(infos["action_mask"]))
+        got_obs, got_rew, got_term, got_trunc, got_infos = err.value.results
+        # Env 1 is where it was (nothing happened there); env 0 stepped as the reference.
+        np.testing.assert_array_equal(got_obs[3:], obs[3:])
+        assert (got_rew[3:] == 0).all() and not got_term[3:].any() and not got_trunc[3:].any()
+        ref_acts = acts.copy()
+        ref_obs, *_ = ref.step(ref_acts)
+        np.testing.assert_array_equal(got_obs[:3], ref_obs[:3])
+        # Env 1 takes its (now legal) actions one step late; env 0 goes on.
+        acts2 = legal_last(got_infos["action_mask"])
+        out = vec.step(acts2)
+        assert np.isfinite(out[1]).all()
     finally:
         vec.close()
+        ref.close()
 
 
 def test_make_vec_rejects_bad_arguments():
@@ -416,12 +438,27 @@ def test_make_vec_rejects_bad_arguments():
         make_vec("jobshop_v0", 0)
     with pytest.raises(ConfigError):
         make_vec("jobshop_v0", 2, backend="roundrobin", not_an_arg=1)
-    with pytest.raises(ConfigError):
-        make_vec("jobshop_v0", 2, backend="supersuit", on_error="restart")
-    with pytest.raises(ConfigError):
-        make_vec("jobshop_v0", 2, backend="roundrobin", batch_size=1)
-    with pytest.raises(ConfigError):
-        make_vec("jobshop_v0", 2, backend="roundrobin", autoreset_mode="Disabled")
+    with pytest.raises(ConfigError, match="'NextStep', 'SameStep', 'Disabled'"):
+        make_vec("jobshop_v0", 2, backend="roundrobin", autoreset_mode="next")
+    with pytest.raises(ConfigError, match="fork"):
+        make_vec("jobshop_v0", 2, backend="shm", start_method="fok")
+    with pytest.raises(ConfigError, match="starts no processes"):
+        make_vec("jobshop_v0", 2, backend="roundrobin", start_method="spawn")
+    with pytest.raises(ConfigError, match="runs every env in the calling process"):
+        make_vec("jobshop_v0", 2, backend="roundrobin", num_workers=2)
+    with pytest.raises(ConfigError, match="must be an int >= 1"):
+        make_vec("jobshop_v0", 2, backend="shm", num_workers=0)
+    with pytest.raises(ConfigError, match="more than num_envs"):
+        make_vec("jobshop_v0", 2, backend="shm", num_workers=3)
+    with pytest.raises(ConfigError, match="on_error"):
+        make_vec("jobshop_v0", 2, backend="roundrobin", on_error="ignore")
+    with pytest.raises(ConfigError, match="timeout"):
+        make_vec("jobshop_v0", 2, backend="roundrobin", timeout=0)
+    for bad in (-1, 1.5, "a", True):
+        with pytest.raises(ConfigError, match=r"int in \[0, 2\*\*64 - 1\]"):
+            make_vec("jobshop_v0", 2, backend="roundrobin", seed=bad)
+    with pytest.raises(ConfigError, match="batch_size"):
+        make_vec("jobshop_v0", 4, backend="shm", num_workers=2, batch_size=3)
 
 
 def test_num_workers_default_and_uneven_split():
@@ -430,11 +467,6 @@ def test_num_workers_default_and_uneven_split():
         assert vec.num_workers == min(5, deszoo.vector.usable_cores())
         counts = [w.count for w in vec._workers]
         assert sum(counts) == 5 and max(counts) - min(counts) <= 1
-    finally:
-        vec.close()
-    vec = make_vec(toy(), 2, backend="shm", num_workers=8)
-    try:
-        assert vec.num_workers == 2
     finally:
         vec.close()
 

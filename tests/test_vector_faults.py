@@ -13,21 +13,23 @@ import time
 
 import numpy as np
 import pytest
+from conftest import HAS_RAY
 
 from deszoo.errors import (
-    ResetNeededError,
     SubEnvError,
     VectorEnvError,
     WorkerDiedError,
     WorkerTimeoutError,
 )
 from deszoo.vector import make_vec
-from deszoo.vector.testing import ToyEnv, legal_last
+from deszoo.vector.testing import ToyEnv, assert_same_rollouts, legal_last, rollout
 
 PROCESS_BACKENDS = {
     "supersuit2": dict(backend="supersuit", num_workers=2),
     "shm2": dict(backend="shm", num_workers=2),
 }
+if HAS_RAY:
+    PROCESS_BACKENDS["ray2"] = dict(backend="ray", num_workers=2)
 ALL_BACKENDS = {
     "roundrobin": dict(backend="roundrobin"),
     "supersuit0": dict(backend="supersuit", num_workers=0),
@@ -44,21 +46,23 @@ def shm_entries() -> set[str]:
 
 
 def assert_gone(pids: list[int], within: float = 10.0) -> None:
-    """Every pid is reaped (no longer a child of ours) within ``within`` seconds."""
+    """Every worker process has exited within ``within`` seconds (ours reaped; Ray's actors
+    reaped by their raylet)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         alive = {p.pid for p in multiprocessing.active_children()} & set(pids)
-        if not alive and not any(os.path.exists(f"/proc/{pid}") and _ours(pid) for pid in pids):
+        if not alive and not [p for p in pids if _running(p)]:
             return
         time.sleep(0.05)
-    raise AssertionError(f"worker processes still there: {pids}")
+    raise AssertionError(f"worker processes still there: {[p for p in pids if _running(p)]}")
 
 
-def _ours(pid: int) -> bool:
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid()
-    except (OSError, ValueError, IndexError):
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
         return False
 
 
@@ -69,48 +73,69 @@ def step_n(vec, infos, n):
 
 
 @pytest.mark.parametrize("name", sorted(ALL_BACKENDS))
-def test_env_exception_names_env_with_traceback(name):
-    """An exception in env 2 raises SubEnvError in the parent at the step that caused it."""
-    vec = make_vec(toy(fail_at=3, fail_seed=12), 4, seed=10, **ALL_BACKENDS[name])
+def test_env_exception_names_env_with_traceback(name, backend_opts):
+    """An exception in env 2 raises SubEnvError at the step that caused it; the env is
+    rebuilt (its rows truncated), the others' results come with the error, the run goes on."""
+    vec = make_vec(toy(fail_at=3, fail_seed=12), 4, seed=10,
+                   **backend_opts(ALL_BACKENDS[name]))
+    ref = make_vec(toy(), 4, seed=10, backend="roundrobin")
     try:
         _, infos = vec.reset()
-        infos = step_n(vec, infos, 2)
+        ref.reset()
+        for _ in range(2):
+            acts = legal_last(infos["action_mask"])
+            *_, infos = vec.step(acts)
+            ref.step(acts)
+        acts = legal_last(infos["action_mask"])
         with pytest.raises(SubEnvError) as err:
-            vec.step(legal_last(infos["action_mask"]))
+            vec.step(acts)
         e = err.value
         assert e.env_index == 2 and e.error_type == "ValueError"
         assert "env 2" in str(e) and "toy failure at step 3" in str(e)
         assert "step_arrays" in e.worker_traceback and "ValueError" in e.worker_traceback
-        if name != "supersuit2":
-            with pytest.raises(ResetNeededError):
-                vec.step(legal_last(infos["action_mask"]))
-            _, infos = vec.reset(seed=50)  # a reset recovers
-            step_n(vec, infos, 3)
-        else:
-            with pytest.raises(VectorEnvError):
-                vec.step(legal_last(infos["action_mask"]))
+        obs, rew, term, trunc, infos = e.results
+        ref_obs, ref_rew, *_ = ref.step(acts)
+        hit = slice(6, 9)
+        assert infos["restarted"][hit].all() and trunc[hit].all()
+        assert not infos["restarted"][:6].any() and not infos["restarted"][9:].any()
+        for rows in (slice(0, 6), slice(9, 12)):
+            np.testing.assert_array_equal(obs[rows], ref_obs[rows])
+            np.testing.assert_array_equal(rew[rows], ref_rew[rows])
+        step_n(vec, infos, 3)  # no reset needed
     finally:
         vec.close()
+        ref.close()
 
 
 @pytest.mark.parametrize("name", sorted(PROCESS_BACKENDS))
-def test_sigkilled_worker_is_detected(name):
-    """SIGKILL a worker: the next call raises WorkerDiedError well within the timeout."""
-    vec = make_vec(toy(), 4, timeout=20.0, **PROCESS_BACKENDS[name])
+def test_sigkilled_worker_is_detected(name, backend_opts):
+    """SIGKILL a worker: the next call raises WorkerDiedError well within the timeout, with
+    the other worker's results; the dead worker is replaced and the run goes on."""
+    vec = make_vec(toy(), 4, seed=3, timeout=20.0, **backend_opts(PROCESS_BACKENDS[name]))
+    ref = make_vec(toy(), 4, seed=3, backend="roundrobin")
     pids = vec.worker_pids()
     try:
         _, infos = vec.reset()
+        ref.reset()
         os.kill(pids[1], signal.SIGKILL)
         time.sleep(0.1)
         start = time.monotonic()
-        with pytest.raises(WorkerDiedError, match="died"):
-            vec.step(legal_last(infos["action_mask"]))
+        acts = legal_last(infos["action_mask"])
+        with pytest.raises(WorkerDiedError, match="died") as err:
+            vec.step(acts)
         assert time.monotonic() - start < 10.0
-        with pytest.raises(VectorEnvError):
-            vec.reset()
+        obs, rew, term, trunc, infos = err.value.results
+        ref_obs, *_ = ref.step(acts)
+        np.testing.assert_array_equal(obs[:6], ref_obs[:6])
+        assert infos["restarted"][6:].all() and trunc[6:].all()
+        assert not infos["restarted"][:6].any()
+        assert vec.worker_pids()[1] != pids[1]
+        step_n(vec, infos, 3)
+        new = vec.worker_pids()
     finally:
         vec.close()
-    assert_gone(pids)
+        ref.close()
+    assert_gone(pids + new)
 
 
 def test_worker_exit_mid_step_is_detected():
@@ -123,16 +148,18 @@ def test_worker_exit_mid_step_is_detected():
         infos = step_n(vec, infos, 1)
         with pytest.raises(WorkerDiedError, match="exit code 7"):
             vec.step(legal_last(infos["action_mask"]))
+        new = vec.worker_pids()
     finally:
         vec.close()
-    assert_gone(pids)
+    assert_gone(pids + new)
 
 
 @pytest.mark.parametrize("name", sorted(PROCESS_BACKENDS))
-def test_hung_worker_times_out(name):
-    """A worker that never answers raises WorkerTimeoutError; close() does not wait for it."""
-    vec = make_vec(toy(fail_at=2, fail_kind="hang", hang_s=60.0), 2, timeout=0.5,
-                   **PROCESS_BACKENDS[name])
+def test_hung_worker_times_out(name, backend_opts):
+    """A worker that never answers raises WorkerTimeoutError and is replaced; close() does
+    not wait for anything."""
+    vec = make_vec(toy(fail_at=2, fail_kind="hang", hang_s=60.0, fail_seed=1), 2, timeout=0.5,
+                   seed=0, **backend_opts(PROCESS_BACKENDS[name]))
     pids = vec.worker_pids()
     try:
         _, infos = vec.reset()
@@ -141,24 +168,26 @@ def test_hung_worker_times_out(name):
         with pytest.raises(WorkerTimeoutError, match="timeout"):
             vec.step(legal_last(infos["action_mask"]))
         assert time.monotonic() - start < 5.0
+        assert vec.worker_pids()[1] != pids[1]
+        new = vec.worker_pids()
     finally:
         start = time.monotonic()
         vec.close()
         assert time.monotonic() - start < 5.0
-    assert_gone(pids)
+    assert_gone(pids + new)
 
 
-@pytest.mark.parametrize("name", ["roundrobin", "shm2"])
-def test_restart_after_env_exception(name):
+@pytest.mark.parametrize("name", sorted(ALL_BACKENDS))
+def test_restart_after_env_exception(name, backend_opts):
     """on_error="restart": the failed env is rebuilt, reported truncated, sampling goes on."""
     vec = make_vec(toy(fail_at=3, fail_seed=11), 4, seed=10, on_error="restart",
-                   **ALL_BACKENDS[name])
+                   **backend_opts(ALL_BACKENDS[name]))
     try:
         _, infos = vec.reset()
         infos = step_n(vec, infos, 2)
         obs, rew, term, trunc, infos = vec.step(legal_last(infos["action_mask"]))
-        # Env 1 failed; shm rebuilds its whole worker (envs 0 and 1).
-        hit = slice(0, 6) if name == "shm2" else slice(3, 6)
+        # Env 1 failed: it alone is rebuilt (env 0 shares its worker and goes on).
+        hit = slice(3, 6)
         assert infos["restarted"][hit].all() and trunc[hit].all()
         assert not infos["live"][hit].any() and (obs[hit] == 0).all()
         assert not infos["restarted"][6:].any()
@@ -170,10 +199,11 @@ def test_restart_after_env_exception(name):
         vec.close()
 
 
-def test_restart_after_sigkill_and_mid_step_exit():
-    """shm restart: a killed idle worker and a worker dying mid-step are both rebuilt."""
+@pytest.mark.parametrize("name", sorted(PROCESS_BACKENDS))
+def test_restart_after_sigkill_and_mid_step_exit(name, backend_opts):
+    """Restart mode: a killed idle worker and a worker dying mid-step are both replaced."""
     vec = make_vec(toy(fail_at=2, fail_kind="exit", fail_seed=13), 4, seed=10,
-                   backend="shm", num_workers=2, on_error="restart", timeout=20.0)
+                   on_error="restart", timeout=20.0, **backend_opts(PROCESS_BACKENDS[name]))
     old = vec.worker_pids()
     try:
         _, infos = vec.reset()
@@ -194,11 +224,49 @@ def test_restart_after_sigkill_and_mid_step_exit():
     assert_gone(old + pids)
 
 
+@pytest.mark.parametrize("name", sorted(PROCESS_BACKENDS))
+def test_restart_when_a_worker_dies_before_reset(name, backend_opts):
+    """A worker killed before the first reset is replaced and the reset goes through; a
+    reset starts episodes anyway, so the results equal an undisturbed run's."""
+    vec = make_vec(toy(), 4, seed=10, on_error="restart", timeout=20.0,
+                   **backend_opts(PROCESS_BACKENDS[name]))
+    ref = make_vec(toy(), 4, seed=10, backend="roundrobin")
+    old = vec.worker_pids()
+    try:
+        os.kill(old[1], signal.SIGKILL)
+        time.sleep(0.1)
+        obs, infos = vec.reset()
+        ref_obs, _ = ref.reset()
+        np.testing.assert_array_equal(obs[:6], ref_obs[:6])
+        assert infos["restarted"][6:].all() and vec.worker_pids()[1] != old[1]
+        step_n(vec, infos, 3)
+        pids = vec.worker_pids()
+    finally:
+        vec.close()
+        ref.close()
+    assert_gone(old + pids)
+
+
+@pytest.mark.parametrize("name", sorted(ALL_BACKENDS))
+def test_restarted_runs_are_reproducible(name, backend_opts):
+    """Same seed, same faults: the rebuilt envs' new episodes are the same every run, and
+    the same as on roundrobin."""
+    runs = []
+    for opts in (ALL_BACKENDS[name], ALL_BACKENDS["roundrobin"]):
+        vec = make_vec(toy(fail_at=3, fail_seed=11), 4, seed=10, on_error="restart",
+                       **backend_opts(opts))
+        try:
+            runs.append(rollout(vec, 15, policy="last"))
+        finally:
+            vec.close()
+    assert_same_rollouts(runs[0], runs[1], f"{name} vs roundrobin, with a restart")
+
+
 @pytest.mark.parametrize("name", sorted(ALL_BACKENDS) + ["shm-spawn"])
-def test_close_is_idempotent_and_leaves_nothing(name):
+def test_close_is_idempotent_and_leaves_nothing(name, backend_opts):
     """close() twice, after steps and after a fault: no child, no shared-memory segment."""
-    opts = dict(ALL_BACKENDS.get(name, dict(backend="shm", num_workers=2,
-                                            start_method="spawn")))
+    opts = backend_opts(ALL_BACKENDS.get(name, dict(backend="shm", num_workers=2,
+                                                    start_method="spawn")))
     before = shm_entries()
     vec = make_vec(toy(fail_at=4), 3, **opts)
     pids = vec.worker_pids()
@@ -215,11 +283,12 @@ def test_close_is_idempotent_and_leaves_nothing(name):
     assert shm_entries() <= before
 
 
-def test_unclosed_vec_env_is_collected():
+@pytest.mark.parametrize("name", sorted(PROCESS_BACKENDS))
+def test_unclosed_vec_env_is_collected(name, backend_opts):
     """Dropping the last reference to an unclosed vec env stops its workers."""
     import gc
 
-    vec = make_vec(toy(), 2, backend="shm", num_workers=2)
+    vec = make_vec(toy(), 2, **backend_opts(PROCESS_BACKENDS[name]))
     vec.reset()
     pids = vec.worker_pids()
     del vec
@@ -255,10 +324,12 @@ def test_interpreter_exit_with_unclosed_vec_envs():
     assert time.monotonic() - start < 30
 
 
-def test_restart_after_hang():
-    """shm restart: a worker that hangs past the timeout is replaced; the others' results stay."""
+@pytest.mark.parametrize("name", sorted(PROCESS_BACKENDS))
+def test_restart_after_hang(name, backend_opts):
+    """Restart mode: a worker that hangs past the timeout is replaced; the others' results
+    stay."""
     vec = make_vec(toy(fail_at=2, fail_kind="hang", fail_seed=12, hang_s=60.0), 4, seed=10,
-                   backend="shm", num_workers=2, on_error="restart", timeout=0.5)
+                   on_error="restart", timeout=0.5, **backend_opts(PROCESS_BACKENDS[name]))
     ref = make_vec(toy(), 4, seed=10, backend="roundrobin")
     try:
         _, infos = vec.reset()
@@ -267,7 +338,7 @@ def test_restart_after_hang():
             acts = legal_last(infos["action_mask"])
             obs, rew, term, trunc, infos = vec.step(acts)
             ref_obs, *_ = ref.step(acts)
-        # Env 2 hung on its second step: worker 1 (envs 2, 3) was rebuilt.
+        # Env 2 hung on its second step: worker 1 (envs 2, 3) was replaced.
         assert infos["restarted"][6:].all() and trunc[6:].all()
         assert not infos["restarted"][:6].any()
         np.testing.assert_array_equal(obs[:6], ref_obs[:6])
@@ -277,25 +348,62 @@ def test_restart_after_hang():
         ref.close()
 
 
-def test_interrupted_step_is_finished_by_the_next_call():
+@pytest.mark.parametrize("name", sorted(ALL_BACKENDS))
+def test_interrupted_step_is_finished_by_the_next_call(name, backend_opts):
     """A step interrupted while waiting (Ctrl-C) does not confuse the next one."""
-    vec = make_vec(toy(), 4, seed=1, backend="shm", num_workers=2)
+    vec = make_vec(toy(), 4, seed=1, **backend_opts(ALL_BACKENDS[name]))
     ref = make_vec(toy(), 4, seed=1, backend="roundrobin")
     try:
         _, infos = vec.reset()
         ref.reset()
         acts = legal_last(infos["action_mask"])
-        original = vec._wait_sync
-        vec._wait_sync = lambda: (_ for _ in ()).throw(KeyboardInterrupt)
+        original = vec._poll
+
+        def interrupted(*args):
+            vec._poll = original
+            raise KeyboardInterrupt
+
+        vec._poll = interrupted
         with pytest.raises(KeyboardInterrupt):
             vec.step(acts)
-        vec._wait_sync = original
         *_, ref_infos = ref.step(acts)
         acts = legal_last(ref_infos["action_mask"])
         # The next step first waits for the interrupted one, then runs its own.
         np.testing.assert_array_equal(vec.step(acts)[0], ref.step(acts)[0])
         obs, infos = vec.reset(seed=3)
         np.testing.assert_array_equal(obs, ref.reset(seed=3)[0])
+    finally:
+        vec.close()
+        ref.close()
+
+
+def test_interrupted_hand_out_reaches_every_worker():
+    """Issue 11, F3: a Ctrl-C while commands are handed out leaves no worker believed busy
+    but never told (that was a WorkerTimeoutError, or a busy loop under restart)."""
+    vec = make_vec(toy(), 4, seed=1, backend="shm", num_workers=2, timeout=5.0)
+    ref = make_vec(toy(), 4, seed=1, backend="roundrobin")
+    try:
+        _, infos = vec.reset()
+        ref.reset()
+        acts = legal_last(infos["action_mask"])
+        original = vec._ring
+        calls = []
+
+        def ring_then_interrupt(p):
+            original(p)
+            calls.append(p)
+            if len(calls) == 1:
+                raise KeyboardInterrupt  # after the first worker's doorbell
+
+        vec._ring = ring_then_interrupt
+        with pytest.raises(KeyboardInterrupt):
+            vec.step(acts)
+        vec._ring = original
+        *_, ref_infos = ref.step(acts)
+        start = time.monotonic()
+        acts = legal_last(ref_infos["action_mask"])
+        np.testing.assert_array_equal(vec.step(acts)[0], ref.step(acts)[0])
+        assert time.monotonic() - start < 2.0
     finally:
         vec.close()
         ref.close()

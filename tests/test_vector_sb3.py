@@ -30,8 +30,9 @@ def test_to_sb3_needs_same_step_autoreset():
 @pytest.mark.parametrize("backend", ["roundrobin", "shm"])
 def test_sb3_interface(backend):
     """Reset, step, dones with terminal observations, masks through env_method."""
-    vec = make_vec("jobshop_v0", 3, backend=backend, num_workers=2, preset="small",
-                   max_steps=15, autoreset_mode="SameStep")
+    workers = {} if backend == "roundrobin" else {"num_workers": 2}
+    vec = make_vec("jobshop_v0", 3, backend=backend, preset="small", max_steps=15,
+                   autoreset_mode="SameStep", **workers)
     venv = to_sb3(vec)
     try:
         assert isinstance(venv, VecEnv) and venv.num_envs == vec.num_envs
@@ -53,6 +54,14 @@ def test_sb3_interface(backend):
         assert dones_seen > 0
         assert venv.get_attr("render_mode") == [None] * vec.num_envs
         assert venv.env_is_wrapped(object) == [False] * vec.num_envs
+        # Attributes act on each row's simulation (issue 9: they acted on the parent).
+        n = vec.agents_per_sim
+        venv.set_attr("max_steps", 7, indices=[0])
+        assert venv.get_attr("max_steps") == [7] * n + [15] * (vec.num_envs - n)
+        assert venv.get_attr("max_steps", indices=[n, 0]) == [15, 7]
+        assert vec.get_attr("max_steps") == (7, 15, 15)
+        assert venv.env_method("render", indices=[0, 1]) == [None, None]
+        assert venv.has_attr("possible_agents") and not venv.has_attr("no_such_thing")
     finally:
         venv.close()
     assert vec.closed

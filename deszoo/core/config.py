@@ -9,7 +9,20 @@ import numpy as np
 
 from deszoo.errors import ConfigError
 
-__all__ = ["is_int", "is_number", "check_ints", "check_numbers", "check_fraction", "check_pair"]
+__all__ = [
+    "MAX_SEED",
+    "is_int",
+    "is_number",
+    "check_seed",
+    "check_ints",
+    "check_numbers",
+    "check_fraction",
+    "check_pair",
+]
+
+# Seeds are ints in [0, MAX_SEED] (numpy's SeedSequence takes any, bounded for clarity at
+# the 64-bit range, which restart seeds use).
+MAX_SEED = 2**64 - 1
 
 
 def is_int(value: Any) -> bool:
@@ -22,6 +35,17 @@ def is_number(value: Any) -> bool:
     if is_int(value):
         return True
     return isinstance(value, (float, np.floating)) and not np.isnan(value)
+
+
+def check_seed(seed: Any, what: str = "seed") -> None:
+    """``seed`` must be ``None`` or an int in ``[0, MAX_SEED]`` (no bools, no floats)."""
+    if seed is None:
+        return
+    if not is_int(seed) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(
+            f"{what}: seed={seed!r} must be None or an int in [0, 2**64 - 1]"
+            + (" (a float is not truncated)" if isinstance(seed, float) else "")
+        )
 
 
 def check_ints(config: Mapping, name: str, keys: Iterable[str], minimum: int = 1) -> None:

@@ -63,7 +63,7 @@ import simpy
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from deszoo.core.config import is_int, is_number
+from deszoo.core.config import check_seed, is_int, is_number
 from deszoo.errors import (
     ConfigError,
     InvalidActionError,
@@ -428,6 +428,7 @@ class SimPyParallelEnv(ParallelEnv):
     def reset_arrays(self, seed: int | None = None) -> None:
         """Start a new episode; results are in ``obs_buf``, ``mask_buf`` and ``live``."""
         if seed is not None:
+            check_seed(seed, f"{self.metadata['name']}.reset")
             self._seed_seq = np.random.SeedSequence(int(seed))
         elif self._seed_seq is None:
             self._seed_seq = np.random.SeedSequence()

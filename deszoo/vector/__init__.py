@@ -23,6 +23,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from deszoo.core.config import check_seed
 from deszoo.errors import ConfigError
 from deszoo.vector.base import DeszooVecEnv, VecSpec
 
@@ -48,17 +49,22 @@ def usable_cores() -> int:
 def _roundrobin(spec: VecSpec, seed, num_workers, batch_size, timeout, start_method, **opts):
     from deszoo.vector.roundrobin import RoundRobinVecEnv
 
-    _sync_only("roundrobin", spec, batch_size)
-    return RoundRobinVecEnv(spec, seed=seed, **opts)
+    if num_workers not in (None, 1):
+        raise ConfigError(
+            f"num_workers={num_workers!r}: backend 'roundrobin' runs every env in the calling "
+            "process; leave num_workers out (or 1), or use backend='shm'"
+        )
+    _no_start_method("roundrobin", start_method)
+    return RoundRobinVecEnv(spec, seed=seed, batch_size=batch_size, timeout=timeout, **opts)
 
 
 def _supersuit(spec: VecSpec, seed, num_workers, batch_size, timeout, start_method, **opts):
     from deszoo.vector.supersuit_backend import SuperSuitVecEnv
 
-    _sync_only("supersuit", spec, batch_size)
+    cpus = _workers("supersuit", spec, num_workers, minimum=0)
     return SuperSuitVecEnv(
-        spec, seed=seed, num_cpus=num_workers, timeout=timeout, start_method=start_method,
-        **opts,
+        spec, seed=seed, num_cpus=cpus, timeout=timeout, start_method=start_method,
+        batch_size=batch_size, **opts,
     )
 
 
@@ -66,8 +72,8 @@ def _shm(spec: VecSpec, seed, num_workers, batch_size, timeout, start_method, **
     from deszoo.vector.shm import ShmVecEnv
 
     return ShmVecEnv(
-        spec, seed=seed, num_workers=num_workers, batch_size=batch_size, timeout=timeout,
-        start_method=start_method, **opts,
+        spec, seed=seed, num_workers=_workers("shm", spec, num_workers), batch_size=batch_size,
+        timeout=timeout, start_method=start_method, **opts,
     )
 
 
@@ -75,15 +81,34 @@ def _ray(spec: VecSpec, seed, num_workers, batch_size, timeout, start_method, **
     from deszoo.vector.ray_backend import RayVecEnv, import_ray
 
     import_ray()  # ImportError saying how to install it
-    _sync_only("ray", spec, batch_size)
+    _no_start_method("ray", start_method)
+    return RayVecEnv(spec, seed=seed, num_workers=_workers("ray", spec, num_workers),
+                     timeout=timeout, batch_size=batch_size, **opts)
+
+
+def _workers(backend: str, spec: VecSpec, num_workers: int | None, minimum: int = 1) -> int:
+    """The worker count: the given one, checked, or the usable cores (at most one per env)."""
+    if num_workers is None:
+        return min(usable_cores(), spec.num_sims)
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < minimum:
+        raise ConfigError(
+            f"num_workers={num_workers!r} must be an int >= {minimum} for backend {backend!r}"
+        )
+    if num_workers > spec.num_sims:
+        raise ConfigError(
+            f"num_workers={num_workers} is more than num_envs={spec.num_sims}: each worker "
+            "hosts at least one env; lower num_workers (or leave it out: the usable cores, "
+            "at most one per env)"
+        )
+    return num_workers
+
+
+def _no_start_method(backend: str, start_method: str | None) -> None:
     if start_method is not None:
-        raise ConfigError("backend 'ray' starts its own processes; start_method must be None")
-    return RayVecEnv(spec, seed=seed, num_workers=num_workers, timeout=timeout, **opts)
-
-
-def _sync_only(name: str, spec: VecSpec, batch_size: int | None) -> None:
-    if batch_size is not None and batch_size != spec.num_sims:
-        raise ConfigError(f"backend {name!r} has no async mode; batch_size must be None")
+        raise ConfigError(
+            f"start_method={start_method!r}: backend {backend!r} starts no processes of its "
+            "own; leave start_method out"
+        )
 
 
 # Backend name -> builder(spec, seed, num_workers, batch_size, timeout, start_method, **opts).
@@ -185,16 +210,20 @@ def make_vec(
         backend: ``"shm"`` (default), ``"roundrobin"``, ``"supersuit"``, ``"ray"`` or a
             registered one.
         num_workers: worker processes (``shm``), Ray actors (``ray``) or SuperSuit
-            ``num_cpus``; default: the usable cores. Capped at ``num_envs``; the envs need
-            not divide evenly.
+            ``num_cpus`` (0 or 1: in the calling process); at most ``num_envs``; default:
+            the usable cores, at most one per env. The envs need not divide evenly.
+            ``roundrobin`` has no workers (leave it out).
         seed: seed of the first ``reset()`` without a seed; env ``i`` gets ``seed + i``.
             ``None``: OS entropy.
-        batch_size: ``shm`` only: envs per ``recv()`` (async mode) when below ``num_envs``.
-        timeout: seconds to wait for a worker before raising ``WorkerTimeoutError``.
-        on_error: ``"raise"`` (default) or ``"restart"`` (rebuild failed envs, report their
-            episodes truncated with ``infos["restarted"]``; ``roundrobin`` and ``shm``).
+        batch_size: envs per ``recv()`` (async mode) when below ``num_envs``.
+        timeout: seconds to wait for a worker before it counts as hung.
+        on_error: what a fault (an env exception, a dead or hung worker) does once it is
+            repaired (the env rebuilt, the worker replaced, their rows reported truncated
+            with ``infos["restarted"]``): ``"raise"`` (default) raises it, ``"restart"``
+            logs it. Bad input (actions) always raises.
         start_method: multiprocessing start method (``"fork"``, ``"spawn"``, ...).
-        autoreset_mode: ``"NextStep"`` (Gymnasium's default) or ``"SameStep"``.
+        autoreset_mode: ``"NextStep"`` (Gymnasium's default), ``"SameStep"`` or
+            ``"Disabled"`` (reset ended envs with ``reset(options={"reset_mask": m})``).
         copy: return copies (default) or views of the batch buffers, valid until the next
             step.
         address: ``ray`` only: the Ray cluster to start or join if Ray is not initialised
@@ -209,10 +238,7 @@ def make_vec(
     """
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; valid: {sorted(BACKENDS)}")
-    if num_workers is None:
-        num_workers = usable_cores()
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-        raise ConfigError(f"num_workers={num_workers!r} must be a non-negative int")
+    check_seed(seed, "make_vec(seed=...)")
     extra = {}
     if address is not None:
         if backend in ("roundrobin", "supersuit", "shm"):

@@ -1,10 +1,17 @@
-"""What every backend runs next to the envs: the buffer layout and a group of envs.
+"""What every backend runs next to the envs: the buffer layout, a group of envs, and the
+commands a worker understands.
 
-A :class:`EnvGroup` owns a few consecutive envs and steps them in place, writing their
-results into views of the batch buffers (rows ``[first * n, (first + count) * n)``). The
-round-robin backend runs one group with every env in the parent, each ``shm`` worker runs
-one group over shared memory, and the ``supersuit`` backend runs one group per env inside
-SuperSuit's workers. One code path for all three is what makes them bit-identical.
+A :class:`EnvGroup` owns a few consecutive envs and runs commands on them in place,
+writing their results into views of the batch buffers (rows ``[first * n, (first +
+count) * n)``). The round-robin backend runs one group with every env in the parent, each
+``shm`` worker and each Ray actor runs one group, and the ``supersuit`` backend runs one
+group per env inside SuperSuit's workers. One code path for all of them is what makes
+them bit-identical.
+
+Commands (:meth:`EnvGroup.run`): ``"step"`` (actions in ``bufs.act``), ``"reset"`` (a
+seed per env, and which envs to reset), ``"call"`` (get, set or call an attribute of
+some envs), ``"rebuild"`` (replace failed envs by fresh ones). Each answers ``(failures,
+value)``; env exceptions never escape a group.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from deszoo.errors import InvalidActionError, MissingActionError, UnknownAgentError
 
 __all__ = ["Layout", "Buffers", "EnvGroup", "EnvFailure", "restart_seed"]
 
@@ -50,6 +59,8 @@ ENV_ATTRS = {
 ALIGN = 64
 # What a same-step reset keeps of the step that ended the episode.
 SAME_STEP_KEEP = ("rew", "term", "trunc", "invalid")
+# Exceptions a step raises before it changes anything: the caller's bad input.
+INPUT_ERRORS = (InvalidActionError, MissingActionError, UnknownAgentError)
 
 
 @dataclass(frozen=True)
@@ -80,9 +91,13 @@ class Layout:
 
 
 class Buffers:
-    """Numpy views of the batch buffers, over ``memory`` (shared) or fresh private memory."""
+    """Numpy views of the batch buffers, over ``memory`` (shared) or fresh private memory.
 
-    def __init__(self, layout: Layout, memory: Any = None):
+    ``fresh=True`` (the owner, once) gives every row the no-op mask of a dead row. A
+    worker attaching to shared memory passes ``fresh=False`` and writes only its own rows.
+    """
+
+    def __init__(self, layout: Layout, memory: Any = None, fresh: bool = True):
         self.layout = layout
         if memory is None:
             memory = bytearray(layout.nbytes())
@@ -94,7 +109,8 @@ class Buffers:
             view = raw[offset : offset + size].view(dt).reshape(shape)
             setattr(self, name, view)
             offset += size
-        self.mask[:, 0] = 1  # before the first reset every row is dead: only the no-op
+        if fresh:
+            self.mask[:, 0] = 1  # before the first reset every row is dead: only the no-op
 
     # Attribute declarations for type checkers.
     obs: np.ndarray
@@ -115,12 +131,32 @@ class Buffers:
 
 @dataclass
 class EnvFailure:
-    """An exception raised by env ``env_index`` inside a group (picklable summary)."""
+    """An exception raised by env ``env_index`` inside a group (picklable summary).
+
+    ``intact``: the env raised before it changed anything (bad input, e.g. a masked-out
+    action in strict mode), so it can go on; otherwise it is rebuilt.
+    """
 
     env_index: int
     error_type: str
     message: str
     traceback: str
+    intact: bool = False
+
+
+@dataclass(frozen=True)
+class Call:
+    """``"call"`` command: ``kind`` is ``"get"``, ``"set"`` or ``"call"``.
+
+    ``values`` (for ``"set"``) has one value per env of ``sims``.
+    """
+
+    kind: str
+    name: str
+    sims: tuple[int, ...]
+    args: tuple = ()
+    kwargs: dict | None = None
+    values: tuple = ()
 
 
 def restart_seed(seed: int | None, restarts: int) -> int | None:
@@ -132,7 +168,7 @@ def restart_seed(seed: int | None, restarts: int) -> int | None:
 
 
 class EnvGroup:
-    """Envs ``first .. first + count - 1`` of a vector env, stepped in place.
+    """Envs ``first .. first + count - 1`` of a vector env, run in place.
 
     Args:
         factory: zero-argument callable that builds one env.
@@ -167,6 +203,8 @@ class EnvGroup:
         self.rows = slice(first * n, (first + count) * n)
         self.need_reset = [reset_seeds is not None] * count
         self.next_seed: list[int | None] = list(reset_seeds or [None] * count)
+        # Attributes set with a "set" call, re-applied to an env that is rebuilt.
+        self.attrs: list[dict[str, Any]] = [{} for _ in range(count)]
 
     @staticmethod
     def _adopt(env: Any, views: dict[str, np.ndarray]) -> None:
@@ -185,22 +223,44 @@ class EnvGroup:
                 self._adopt(env, views)
                 return
 
+    # ---- commands ---------------------------------------------------------------------
+    def run(self, command: str, payload: Any = None) -> tuple[list[EnvFailure], Any]:
+        """Run one command; return ``(failures, value)``."""
+        if command == "step":
+            return self.step(bool(payload)), None
+        if command == "reset":
+            seeds, which = payload
+            return self.reset(seeds, which), None
+        if command == "call":
+            return self.call(payload)
+        if command == "rebuild":
+            seeds, reset_now = payload
+            return self.rebuild_many(seeds, reset_now), None
+        raise ValueError(f"unknown command {command!r}")
+
     def _reset_one(self, k: int, seed: int | None) -> None:
         env = self.envs[k]
+        self.need_reset[k] = False
+        self.next_seed[k] = None
         env.reset_arrays(seed)
         self._sync(k)
         s = self.first + k
         self.bufs.sim_time[s] = env.now
         self.bufs.events[s] += env.num_events
 
-    def reset(self, seeds: Sequence[int | None]) -> list[EnvFailure]:
-        """Reset every env of the group (``seeds[k]`` for env ``first + k``)."""
+    def reset(
+        self, seeds: Sequence[int | None], which: Sequence[bool] | None = None
+    ) -> list[EnvFailure]:
+        """Reset the group's envs (``seeds[k]`` for env ``first + k``; only where
+        ``which[k]`` when given)."""
         failures = []
-        self.bufs.final[self.rows] = False
+        n = self.n
         for k in range(self.count):
+            if which is not None and not which[k]:
+                continue
+            lo = (self.first + k) * n
+            self.bufs.final[lo : lo + n] = False
             try:
-                self.need_reset[k] = False
-                self.next_seed[k] = None
                 self._reset_one(k, seeds[k])
             except Exception as exc:
                 failures.append(self._failure(k, exc))
@@ -220,12 +280,11 @@ class EnvGroup:
         bufs.final[self.rows] = False
         failures = []
         for k, env in enumerate(self.envs):
+            lo = (self.first + k) * n
             try:
                 if self.need_reset[k] or env.episode_over:
-                    seed, self.need_reset[k], self.next_seed[k] = self.next_seed[k], False, None
-                    self._reset_one(k, seed)
+                    self._reset_one(k, self.next_seed[k])
                     continue
-                lo = (self.first + k) * n
                 before = env.num_events
                 env.step_arrays(act[lo : lo + n])
                 self._sync(k)
@@ -235,7 +294,12 @@ class EnvGroup:
                 if same_step and env.episode_over:
                     self._same_step_reset(k, lo)
             except Exception as exc:
-                failures.append(self._failure(k, exc))
+                failure = self._failure(k, exc)
+                if failure.intact:  # nothing happened in this env: no reward, no ending
+                    bufs.rew[lo : lo + n] = 0.0
+                    bufs.term[lo : lo + n] = False
+                    bufs.trunc[lo : lo + n] = False
+                failures.append(failure)
         return failures
 
     def _same_step_reset(self, k: int, lo: int) -> None:
@@ -248,6 +312,28 @@ class EnvGroup:
         for f, value in zip(SAME_STEP_KEEP, done, strict=True):
             getattr(bufs, f)[rows] = value
 
+    def call(self, call: Call) -> tuple[list[EnvFailure], list[Any]]:
+        """Get, set or call attribute ``call.name`` of envs ``call.sims``."""
+        failures, values = [], []
+        for j, sim in enumerate(call.sims):
+            k = sim - self.first
+            env = self.envs[k]
+            try:
+                if call.kind == "set":
+                    setattr(env, call.name, call.values[j])
+                    self.attrs[k][call.name] = call.values[j]
+                    values.append(None)
+                    continue
+                value = getattr(env, call.name)
+                if call.kind == "call" and callable(value):
+                    value = value(*call.args, **(call.kwargs or {}))
+                    self._sync(k)
+                values.append(value)
+            except Exception as exc:
+                failures.append(self._failure(k, exc, intact=True))
+                values.append(None)
+        return failures, values
+
     def rebuild(self, sim: int, seed: int | None) -> None:
         """Replace env ``sim`` by a fresh one; its next step resets it with ``seed``."""
         k = sim - self.first
@@ -255,20 +341,42 @@ class EnvGroup:
             self.envs[k].close()
         except Exception:  # a broken env may fail to close; it is dropped anyway
             pass
-        self.envs[k] = self.factory()
-        self._adopt(self.envs[k], self.views[k])
+        env = self.envs[k] = self.factory()
+        for name, value in self.attrs[k].items():
+            setattr(env, name, value)
+        self._adopt(env, self.views[k])
         self.need_reset[k] = True
         self.next_seed[k] = seed
 
-    def _failure(self, k: int, exc: BaseException) -> EnvFailure:
-        self.need_reset[k] = True
+    def rebuild_many(self, seeds: dict[int, int | None], reset_now: bool) -> list[EnvFailure]:
+        """Rebuild envs (batch-wide index -> seed); with ``reset_now`` also reset them."""
+        failures = []
+        for sim, seed in seeds.items():
+            k = sim - self.first
+            try:
+                self.rebuild(sim, seed)
+                if reset_now:
+                    self._reset_one(k, seed)
+            except Exception as exc:
+                failures.append(self._failure(k, exc))
+        return failures
+
+    def _failure(self, k: int, exc: BaseException, intact: bool | None = None) -> EnvFailure:
+        if intact is None:
+            intact = isinstance(exc, INPUT_ERRORS)
+        if not intact:
+            self.need_reset[k] = True
         return EnvFailure(
             env_index=self.first + k,
             error_type=type(exc).__name__,
             message=str(exc),
             traceback=traceback.format_exc(),
+            intact=intact,
         )
 
     def close(self) -> None:
         for env in self.envs:
-            env.close()
+            try:
+                env.close()
+            except Exception:  # closing must not fail because one env is broken
+                pass

@@ -1,21 +1,18 @@
 """``ray``: Ray actors hosting several envs each, on one machine or across a cluster.
 
-Design:
+Design (the lifecycle is the base class's; this module is the transport):
 
 * Actor ``w`` hosts envs ``first_w .. first_w + count_w - 1`` in an
   :class:`~deszoo.vector._host.EnvGroup` over its own private buffers (the same per-env code
   as every other backend, which is what makes them bit-identical).
-* A batch step is one remote call per actor: its rows' actions go in (one int64 array), and
-  its results come back packed in one uint8 array (observations, masks, rewards, flags,
-  clocks, event counts; final observations in SameStep mode only) with a list of env
-  failures, usually empty. The parent submits every call, then waits for all of them at
-  once (one ``ray.get``), and copies each reply into the batch buffers.
-* Faults: an env exception is caught in the actor and re-raised in the parent as
-  :class:`~deszoo.errors.SubEnvError`; an actor that dies (killed, ``os._exit``, its node
-  lost) raises :class:`~deszoo.errors.WorkerDiedError`, one that gives no answer within
-  ``timeout`` :class:`~deszoo.errors.WorkerTimeoutError`, as a dead or hung ``shm`` worker.
-  With ``on_error="restart"`` a failed env is rebuilt inside its actor (the actor is fine),
-  and a dead or hung actor is replaced by a fresh one.
+* A command is one remote call per actor: a step sends its rows' actions (one int64 array)
+  and gets its results back packed in one uint8 array (observations, masks, rewards,
+  flags, clocks, event counts; final observations in SameStep mode only), with a list of
+  env failures, usually empty. The parent submits every call, waits for them with one
+  ``ray.wait``, and copies each reply into the batch buffers.
+* Faults: an actor that dies (killed, ``os._exit``, its node lost) is reported as a dead
+  worker, one that gives no answer within ``timeout`` as a hung one, and the base class
+  replaces it (``on_error="restart"``) or raises.
 * Ray itself: an initialised Ray (``ray.init`` by the caller, or a Ray Client connection) is
   used as it is and never shut down here. Otherwise the first vector env calls
   ``ray.init(address=address)`` and leaves Ray running when it closes, for further vector
@@ -26,25 +23,20 @@ See ``docs/distributed.md``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
 import traceback
 import warnings
 import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from deszoo.errors import (
-    ConfigError,
-    VectorEnvError,
-    WorkerDiedError,
-    WorkerTimeoutError,
-)
-from deszoo.vector._host import Buffers, EnvFailure, EnvGroup, Layout
-from deszoo.vector.base import DeszooVecEnv, State, VecSpec
+from deszoo.errors import ConfigError
+from deszoo.vector._host import Buffers, Call, EnvGroup, Layout
+from deszoo.vector.base import DeszooVecEnv, Reply, VecSpec, Worker
 
 __all__ = ["RayVecEnv", "import_ray"]
 
@@ -91,9 +83,9 @@ def ensure_ray(address: str | None) -> bool:
 class _Host:
     """Body of one actor: envs ``first .. first + count - 1`` over private buffers.
 
-    Each call returns ``(block, failures)``: ``block`` packs the fields the parent reads
-    into one uint8 array (serialised by Ray before the next call runs, so it is reused),
-    ``failures`` a list of :class:`EnvFailure` with batch-wide env indices.
+    Each command returns ``(block, failures, value)``: ``block`` packs the fields the
+    parent reads into one uint8 array (serialised by Ray before the next call runs, so it is
+    reused), ``failures`` a list of env failures with batch-wide env indices.
     """
 
     def __init__(
@@ -106,15 +98,13 @@ class _Host:
         same_step: bool,
         events: np.ndarray,
     ):
-        self.first = first
-        self.same_step = same_step
-        self.build_error: tuple[str, str, str] | None = None
+        self.build_error: str | None = None
         try:
             local = Layout(count, layout.n_agents, layout.obs_dim, layout.n_actions)
-            memory = bytearray(local.nbytes())
-            self.bufs = Buffers(local, memory)
+            self.bufs = Buffers(local, bytearray(local.nbytes()))
             self.bufs.events[:] = events  # event counts survive an actor's replacement
             self.group = EnvGroup(factory, self.bufs, 0, count, reset_seeds)
+            self.first = first
             # The reply packs only the fields the parent reads (no actions, no final
             # observations in NextStep mode), so it stays small enough for Ray to send it
             # inline (up to 100 KiB) rather than through the object store.
@@ -124,7 +114,7 @@ class _Host:
             self.offsets = dict(zip(names, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
             self.block = np.empty(sum(sizes), dtype=np.uint8)
         except Exception as exc:
-            self.build_error = (type(exc).__name__, str(exc), traceback.format_exc())
+            self.build_error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
     def boot(self) -> tuple:
         """``(pid, (node ip, node id), offset of each field in the reply, build error)``."""
@@ -135,50 +125,38 @@ class _Host:
             return os.getpid(), node, None, self.build_error
         return os.getpid(), node, self.offsets, None
 
-    def _answer(self, failures: list[EnvFailure]) -> tuple:
-        if failures:
-            failures = [
-                dataclasses.replace(f, env_index=f.env_index + self.first) for f in failures
-            ]
-        np.concatenate(self.parts, out=self.block)
-        return self.block, failures
-
-    def reset(self, seeds: list) -> tuple:
-        return self._answer(self.group.reset(seeds))
-
-    def step(self, actions: np.ndarray) -> tuple:
-        self.bufs.act[:] = actions
-        return self._answer(self.group.step(self.same_step))
-
-    def rebuild(self, seeds: dict[int, int | None]) -> None:
-        """Replace envs (batch-wide index -> seed of their next episode) by fresh ones."""
-        for sim, seed in seeds.items():
-            self.group.rebuild(sim - self.first, seed)
+    def run(self, command: str, payload: Any, actions: np.ndarray | None) -> tuple:
+        if actions is not None:
+            self.bufs.act[:] = actions
+        first = self.first
+        if command == "call":  # batch-wide env indices -> this actor's
+            payload = Call(payload.kind, payload.name, tuple(s - first for s in payload.sims),
+                           payload.args, payload.kwargs, payload.values)
+        elif command == "rebuild":
+            seeds, reset_now = payload
+            payload = ({s - first: v for s, v in seeds.items()}, reset_now)
+        failures, value = self.group.run(command, payload)
+        for f in failures:
+            f.env_index += first
+        if command in ("step", "reset", "rebuild"):
+            np.concatenate(self.parts, out=self.block)
+            return self.block, failures, value
+        return None, failures, value
 
     def close(self) -> None:
         self.group.close()
 
 
+@dataclass
 class _Actor:
-    """The parent's handle on one actor and where its rows go in the batch buffers."""
+    """The parent's handle on one actor: Ray's handle, the call in flight, where its
+    reply goes in the batch buffers."""
 
-    def __init__(self, index: int, first: int, count: int, n: int):
-        self.index = index
-        self.first = first
-        self.count = count
-        self.rows = slice(first * n, (first + count) * n)
-        self.handle: Any = None
-        self.pid: int | None = None
-        self.node: tuple[str, str] | None = None  # (ip, Ray node id)
-        self.copies: list[tuple[np.ndarray, np.ndarray]] = []
-
-    @property
-    def sims(self) -> range:
-        return range(self.first, self.first + self.count)
-
-    def describe(self) -> str:
-        where = f"pid {self.pid} on {self.node[0]}" if self.node is not None else "not started"
-        return f"ray actor {self.index} ({where}, envs {self.first}..{self.first + self.count - 1})"
+    handle: Any
+    ref: Any = None
+    pid: int | None = None
+    node: tuple[str, str] | None = None  # (ip, Ray node id)
+    copies: list = field(default_factory=list)
 
 
 def _shutdown(handles: list, close_timeout: list[float]) -> None:
@@ -219,7 +197,7 @@ class RayVecEnv(DeszooVecEnv):
         spec: what to build.
         seed: seed of the first ``reset()`` (env ``i`` gets ``seed + i``).
         num_workers: actors (at most ``num_sims``); the envs need not divide evenly.
-        timeout: seconds to wait for the actors' answers to a step or reset.
+        timeout: seconds to wait for the actors' answers to a command.
         address: where Ray runs if it is not initialised yet: ``None`` (an existing local
             cluster if there is one, else a new local Ray), ``"auto"`` (the cluster this
             machine belongs to), ``"host:6379"`` or ``"ray://host:10001"`` (Ray Client).
@@ -232,7 +210,8 @@ class RayVecEnv(DeszooVecEnv):
             ``max(timeout, 60)``.
         close_timeout: seconds ``close`` waits for the actors to close their envs before
             killing them.
-        **options: ``on_error``, ``autoreset_mode``, ``copy`` (see :class:`DeszooVecEnv`).
+        **options: ``batch_size``, ``on_error``, ``autoreset_mode``, ``copy`` (see
+            :class:`DeszooVecEnv`).
 
     Attributes:
         started_ray: whether this vector env initialised Ray (then Ray stays up after
@@ -254,270 +233,119 @@ class RayVecEnv(DeszooVecEnv):
         **options: Any,
     ):
         ray = import_ray()
-        super().__init__(spec, seed=seed, **options)
-        if not timeout > 0:
-            raise ConfigError(f"timeout={timeout!r} must be positive (seconds)")
+        super().__init__(spec, seed=seed, num_workers=num_workers, timeout=timeout, **options)
         self._ray = ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayError
+        from ray.exceptions import GetTimeoutError, RayError
 
-        self._errors = (GetTimeoutError, RayActorError, RayError)
-        self.timeout = float(timeout)
+        self._errors = (GetTimeoutError, RayError)
+        if boot_timeout is not None and not boot_timeout > 0:
+            raise ConfigError(f"boot_timeout={boot_timeout!r} must be positive (seconds)")
         self.boot_timeout = max(self.timeout, 60.0) if boot_timeout is None else boot_timeout
-        sims = self.num_sims
-        num_workers = max(1, min(int(num_workers), sims))
-        self.num_workers = num_workers
         self.started_ray = ensure_ray(address)
         opts = {**ACTOR_OPTIONS, **(actor_options or {})}
         self._actor_cls = ray.remote(**opts)(_Host)
-        self._same_step = self.autoreset_mode.value == "SameStep"
         self._fields = FIELDS + (SAME_STEP_FIELDS if self._same_step else ())
         self._bufs = Buffers(self.layout)
-        counts = [sims // num_workers + (w < sims % num_workers) for w in range(num_workers)]
-        firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
-        n = self.agents_per_sim
-        self._actors = [_Actor(w, firsts[w], counts[w], n) for w in range(num_workers)]
-        self._pending: list | None = None  # refs of a call interrupted while waiting
-        self._any_restarted = False
         self._handles: list = []  # what the finalizer kills
         self._close_timeout = [float(close_timeout)]
         self._finalizer = weakref.finalize(self, _shutdown, self._handles, self._close_timeout)
-        try:
-            self._start(self._actors, None)
-        except BaseException:
-            self._close_timeout[0] = 0.0
-            self._finalizer()
-            self.closed = True
-            self._state = State.CLOSED
-            raise
+        self._boot()
 
-    # ---- actor lifecycle --------------------------------------------------------------
-    def _start(self, actors: list[_Actor], reset_seeds: dict[int, list] | None) -> None:
-        """Create ``actors`` and wait until each has built its envs."""
-        for a in actors:
-            seeds = None if reset_seeds is None else reset_seeds[a.index]
-            a.handle = self._actor_cls.remote(
-                self.sim_spec.factory, self.layout, a.first, a.count, seeds, self._same_step,
-                self._bufs.events[a.first : a.first + a.count].copy(),
-            )
-            self._handles.append(a.handle)
-        refs = [a.handle.boot.remote() for a in actors]
-        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.boot_timeout)
-        ready_set = set(ready)
-        for a, ref in zip(actors, refs, strict=True):
-            if ref not in ready_set:
-                free = self._ray.available_resources().get("CPU", 0.0)
-                raise WorkerTimeoutError(
-                    f"{a.describe()} did not start within {self.boot_timeout:g} s; "
-                    f"{len(actors)} actor(s) requested, the cluster has {free:g} free CPUs "
-                    "(an actor needs 1 free CPU to be placed, or what actor_options ask for)"
-                )
+    # ---- transport ------------------------------------------------------------------
+    def _launch(self, w: Worker, reset_seeds: list | None) -> None:
+        handle = self._actor_cls.remote(
+            self.sim_spec.factory, self.layout, w.first, w.count, reset_seeds, self._same_step,
+            self._bufs.events[w.first : w.first + w.count].copy(),
+        )
+        self._handles.append(handle)
+        w.handle = _Actor(handle, ref=handle.boot.remote())
+
+    def _post(self, w: Worker, command: str, payload: Any) -> None:
+        a: _Actor = w.handle
+        actions = self._bufs.act[w.rows] if command == "step" else None
+        a.ref = a.handle.run.remote(command, payload, actions)
+
+    def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
+        ray = self._ray
+        busy = {w.handle.ref: w for w in self._workers if w.busy and w.handle is not None}
+        remaining = deadline - time.monotonic()
+        if not busy or remaining <= 0:
+            return []
+        ready, _ = ray.wait(list(busy), num_returns=min(max(want, 1), len(busy)),
+                            timeout=remaining)
+        out = []
+        try:
+            values = ray.get(ready)
+        except self._errors:
+            values = None
+        for k, ref in enumerate(ready):
+            w = busy[ref]
             try:
-                pid, node, plan, error = self._ray.get(ref)
+                value = values[k] if values is not None else ray.get(ref)
             except self._errors as exc:
-                raise VectorEnvError(f"{a.describe()} could not start: {exc}") from None
+                out.append(Reply(w.index, "died",
+                                 detail=f" (ray: {type(exc).__name__}: {exc}); its envs were lost"))
+                continue
+            w.handle.ref = None
+            out.append(self._reply(w, value))
+        return out
+
+    def _reply(self, w: Worker, value: Any) -> Reply:
+        a: _Actor = w.handle
+        if w.busy == "boot":
+            pid, node, offsets, error = value
             a.pid, a.node = pid, node
             if error is not None:
-                raise VectorEnvError(
-                    f"{a.describe()} could not build its envs: {error[0]}: {error[1]}\n"
-                    f"worker traceback:\n{error[2]}"
-                )
-            a.copies = self._plan(a, plan)
+                return Reply(w.index, "boot_failed", detail=error)
+            a.copies = self._plan(w, offsets)
+            return Reply(w.index, "booted")
+        block, failures, result = value
+        if block is not None:
+            for dst, off, nbytes, dtype, shape in a.copies:
+                dst[...] = block[off : off + nbytes].view(dtype).reshape(shape)
+        return Reply(w.index, "ok", failures, result)
 
-    def _plan(self, a: _Actor, offsets: dict[str, int]) -> list:
-        """``(destination view, source offset, nbytes, dtype, shape)`` per field of ``a``."""
+    def _plan(self, w: Worker, offsets: dict[str, int]) -> list:
+        """``(destination view, source offset, nbytes, dtype, shape)`` per field of ``w``."""
         plan = []
         for name in self._fields:
             whole = getattr(self._bufs, name)
-            dst = whole[a.first : a.first + a.count] if name in SIM_FIELDS else whole[a.rows]
+            dst = whole[w.first : w.first + w.count] if name in SIM_FIELDS else whole[w.rows]
             plan.append((dst, offsets[name], dst.nbytes, dst.dtype, dst.shape))
         return plan
 
-    def _kill(self, a: _Actor) -> None:
+    def _kill(self, w: Worker) -> None:
+        a: _Actor | None = w.handle
+        if a is None:
+            return
         try:
             self._ray.kill(a.handle, no_restart=True)
         except Exception:
             pass
         self._handles[:] = [h for h in self._handles if h is not a.handle]
-        a.handle = None
+        w.handle = None
 
-    def _replace(self, a: _Actor) -> None:
-        """A fresh actor for ``a``'s envs; their episodes report truncated."""
-        self._kill(a)
-        seeds = [self._restart_seed(s) for s in a.sims]
-        log.warning("restarting %s", a.describe())
-        try:
-            self._start([a], {a.index: seeds})
-        except VectorEnvError as exc:
-            self._fail(exc)
-        self._mark_restarted(self._bufs, list(a.sims))
-        self._any_restarted = True
+    def _shutdown(self) -> None:
+        self._finalizer()
 
-    # ---- waiting ----------------------------------------------------------------------
-    def _gather(self, refs: list) -> tuple[list, list[_Actor], list[_Actor], dict]:
-        """Wait for one reply per actor: ``(replies, dead, hung, errors by actor index)``.
-
-        The fast path is one ``ray.get`` of every reply; only when it raises are the
-        replies looked at one by one, to tell who died and who hung.
-        """
-        ray = self._ray
-        self._pending = refs
-        deadline = time.monotonic() + self.timeout
-        try:
-            replies = ray.get(refs, timeout=self.timeout)
-            self._pending = None
-            return replies, [], [], {}
-        except self._errors:
-            pass
-        remaining = max(0.0, deadline - time.monotonic())
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=remaining)
-        self._pending = None
-        ready_set = set(ready)
-        replies: list = [None] * len(refs)
-        dead, hung, errors = [], [], {}
-        for a, ref in zip(self._actors, refs, strict=True):
-            if ref not in ready_set:
-                hung.append(a)
-                continue
-            try:
-                replies[a.index] = ray.get(ref)
-            except self._errors as exc:
-                dead.append(a)
-                errors[a.index] = exc
-        return replies, dead, hung, errors
-
-    def _absorb(self, replies: list) -> list[EnvFailure]:
-        """Copy each actor's block into the batch buffers; return the env failures."""
-        failures: list[EnvFailure] = []
-        for a, reply in zip(self._actors, replies, strict=True):
-            if reply is None:
-                continue
-            block, found = reply
-            for dst, off, nbytes, dtype, shape in a.copies:
-                dst[...] = block[off : off + nbytes].view(dtype).reshape(shape)
-            if found:
-                failures.extend(found)
-        return failures
-
-    def _call(self, method: str, args: list) -> list[EnvFailure]:
-        """``method`` on every actor (``args[i]`` for actor ``i``), wait, absorb, handle
-        dead and hung actors; returns the env failures."""
-        if self._pending is not None:
-            self._finish_pending()
-        refs = [getattr(a.handle, method).remote(arg) for a, arg in zip(
-            self._actors, args, strict=True)]
-        replies, dead, hung, errors = self._gather(refs)
-        failures = self._absorb(replies)
-        if dead or hung:
-            self._on_lost(dead, hung, errors, replay=(method, args))
-        return failures
-
-    def _on_lost(self, dead: list[_Actor], hung: list[_Actor], errors: dict,
-                 replay: tuple[str, list]) -> None:
-        """Replace dead and hung actors (``on_error="restart"``) or fail the vector env."""
-        if self.on_error != "restart":
-            if dead:
-                a = dead[0]
-                self._fail(WorkerDiedError(
-                    f"{a.describe()} died; the vector env cannot go on: close() it\n"
-                    f"ray: {type(errors[a.index]).__name__}: {errors[a.index]}"
-                ))
-            names = ", ".join(a.describe() for a in hung)
-            self._fail(WorkerTimeoutError(
-                f"no answer within timeout={self.timeout:g} s from {names}; "
-                "the vector env cannot go on: close() it"
-            ))
-        method, args = replay
-        for a in dead + hung:
-            self._replace(a)
-            if method == "reset":  # a reset starts episodes anyway: redo it, no truncation
-                ref = a.handle.reset.remote(args[a.index])
-                replies = [None] * len(self._actors)
-                try:
-                    replies[a.index] = self._ray.get(ref, timeout=self.timeout)
-                except self._errors as exc:
-                    self._fail(WorkerDiedError(f"{a.describe()} failed again at reset: {exc}"))
-                self._restarted[a.rows] = False
-                failures = self._absorb(replies)
-                if failures:
-                    self._raise_failures(failures)
-
-    def _finish_pending(self) -> None:
-        """Wait for a call that was interrupted (Ctrl-C) while waiting; keep its results."""
-        refs, self._pending = self._pending, None
-        replies, dead, hung, errors = self._gather(refs)
-        self._pending = None
-        failures = self._absorb(replies)
-        if dead or hung:
-            self._on_lost(dead, hung, errors, replay=("step", []))
-        if failures:
-            if self.on_error != "restart":
-                self._raise_failures(failures)
-            self._rebuild_envs(failures)
-
-    def _fail(self, exc: Exception) -> None:
-        self._state = State.FAILED
-        self._close_timeout[0] = 0.0  # a hung actor is not worth waiting for
-        raise exc
-
-    # ---- Gymnasium API ----------------------------------------------------------------
-    def reset(self, *, seed=None, options=None):
-        """Reset every env (env ``i`` gets ``seed + i``); waits for all actors."""
-        self._check_state(stepping=False)
-        seeds = self._seeds(seed)
-        self._restarted[:] = False
-        self._any_restarted = False
-        self._state = State.NEEDS_RESET
-        failures = self._call("reset", [seeds[a.first : a.first + a.count] for a in self._actors])
-        if failures:
-            self._raise_failures(failures)
-        self._state = State.READY
-        obs, _, _, _, infos = self._results(self._bufs)
-        return obs, infos
-
-    def step(self, actions):
-        """Step every env with ``actions`` (shape ``(num_envs,)``, integers)."""
-        if self._state is not State.READY:
-            self._check_state()
-        act = self._bufs.act
-        self._check_actions(actions, act)
-        if self._any_restarted:  # restart flags last one step
-            self._restarted[:] = False
-            self._any_restarted = False
-        failures = self._call("step", [act[a.rows] for a in self._actors])
-        if failures:
-            if self.on_error != "restart":
-                self._raise_failures(failures)
-            self._rebuild_envs(failures)
-        return self._results(self._bufs)
-
-    def _rebuild_envs(self, failures: list[EnvFailure]) -> None:
-        """``on_error="restart"`` after env exceptions: rebuild those envs in their actors."""
-        by_actor: dict[int, dict[int, int | None]] = {}
-        for f in failures:
-            a = next(a for a in self._actors if f.env_index in a.sims)
-            by_actor.setdefault(a.index, {})[f.env_index] = self._restart_seed(f.env_index)
-        refs = [self._actors[i].handle.rebuild.remote(s) for i, s in by_actor.items()]
-        try:
-            self._ray.get(refs, timeout=self.timeout)
-        except self._errors as exc:
-            self._fail(WorkerDiedError(f"ray actor died while rebuilding failed envs: {exc}"))
-        sims = sorted(f.env_index for f in failures)
-        log.warning("rebuilt env(s) %s after an exception", sims)
-        self._mark_restarted(self._bufs, sims)
-        self._any_restarted = True
+    def describe(self, w: Worker) -> str:
+        a: _Actor | None = w.handle
+        where = "not started"
+        if a is not None and a.node is not None:
+            where = f"pid {a.pid} on {a.node[0]}"
+        return f"ray actor {w.index} ({where}, envs {w.first}..{w.first + w.count - 1})"
 
     # ---- extras ---------------------------------------------------------------------
     def worker_pids(self) -> list[int]:
         """Process ids of the actors, by actor index (on their own nodes)."""
-        return [a.pid for a in self._actors if a.handle is not None and a.pid is not None]
+        return [w.handle.pid for w in self._workers
+                if w.handle is not None and w.handle.pid is not None]
 
     def worker_nodes(self) -> list[tuple[str, str]]:
         """``(ip address, Ray node id)`` of the node each actor runs on, by actor index."""
-        return [a.node for a in self._actors if a.handle is not None and a.node is not None]
+        return [w.handle.node for w in self._workers
+                if w.handle is not None and w.handle.node is not None]
 
     def close_extras(self, **kwargs: Any) -> None:
-        if self._state is State.FAILED:
-            self._close_timeout[0] = 0.0
-        self._finalizer()
-        for a in self._actors:
-            a.handle = None
+        if any(w.busy for w in self._workers):
+            self._close_timeout[0] = 0.0  # a hung actor is not worth waiting for

@@ -2,9 +2,16 @@
 
 SB3 expects same-step autoreset: when ``dones[i]`` is set, ``obs[i]`` already belongs to the
 next episode and ``infos[i]["terminal_observation"]`` holds the final one. So the vector
-env must be built with ``autoreset_mode="SameStep"``. Every row of an env that reset is
-done (also rows of agents that had left), ``TimeLimit.truncated`` marks truncations, and
-``env_method("action_masks")`` returns the masks (as ``sb3_contrib``'s MaskablePPO asks).
+env must be built with ``autoreset_mode="SameStep"``. Rows are SB3's envs.
+
+* ``dones[r]`` is set once per agent episode: on the step its agent's episode ends (it
+  leaves, or the simulation ends while it is live; ``TimeLimit.truncated`` marks
+  truncations). An agent that leaves early observes zeros from then on (its row is dead):
+  its row is not done again when the simulation resets, so ``VecMonitor`` counts each
+  agent episode once (a dead row's idle steps count towards the length of its next one).
+* ``env_method("action_masks")`` returns the masks (as ``sb3_contrib``'s MaskablePPO
+  asks). ``get_attr``, ``set_attr`` and ``env_method`` act on the simulation of each row
+  in ``indices`` (each simulation once, however many of its rows are named).
 """
 
 from __future__ import annotations
@@ -17,6 +24,21 @@ from deszoo.errors import ConfigError
 from deszoo.vector.base import DeszooVecEnv
 
 __all__ = ["to_sb3"]
+
+
+def _row(obs: Any, r: int) -> Any:
+    if isinstance(obs, dict):
+        return {k: v[r].copy() for k, v in obs.items()}
+    return obs[r].copy()
+
+
+def _zero_row(obs: Any, r: int) -> None:
+    if isinstance(obs, dict):
+        obs["observation"][r] = 0
+        obs["action_mask"][r] = 0
+        obs["action_mask"][r, 0] = 1
+    else:
+        obs[r] = 0
 
 
 def to_sb3(vec: DeszooVecEnv):
@@ -61,12 +83,17 @@ def to_sb3(vec: DeszooVecEnv):
         def step_wait(self):
             obs, rew, term, trunc, infos = self.venv.step(self._actions)
             self._mask = infos["action_mask"]
-            final = infos["_final_obs"]
-            dones = term | trunc | final
+            reset = infos["_final_obs"]
+            dones = term | trunc
             out: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
             for r in np.flatnonzero(dones):
+                if reset[r]:
+                    terminal = _row(infos["final_obs"], r)
+                else:  # left mid-episode: its row is dead (zeros) from now on
+                    terminal = _row(obs, r)
+                    _zero_row(obs, r)
                 out[r] = {
-                    "terminal_observation": infos["final_obs"][r],
+                    "terminal_observation": terminal,
                     "TimeLimit.truncated": bool(trunc[r] and not term[r]),
                 }
             return obs, rew, dones, out
@@ -77,32 +104,53 @@ def to_sb3(vec: DeszooVecEnv):
         def action_masks(self) -> np.ndarray:
             return self._mask.astype(bool)
 
-        def _rows(self, indices) -> list[int]:
-            return list(self._get_indices(indices))
+        def _sims(self, indices) -> tuple[list[int], list[int]]:
+            """Rows named by ``indices``, and their simulations (each once, in order)."""
+            rows = list(self._get_indices(indices))
+            n = self.venv.agents_per_sim
+            for r in rows:
+                if not 0 <= r < self.num_envs:
+                    raise IndexError(f"row {r} out of range 0..{self.num_envs - 1}")
+            return rows, sorted({r // n for r in rows})
+
+        def _per_row(self, rows: list[int], sims: list[int], values: list) -> list[Any]:
+            by_sim = dict(zip(sims, values, strict=True))
+            n = self.venv.agents_per_sim
+            return [by_sim[r // n] for r in rows]
 
         def get_attr(self, attr_name: str, indices=None) -> list[Any]:
-            if attr_name == "render_mode":
-                value = None
-            else:
-                value = getattr(self.venv, attr_name)
-            return [value for _ in self._rows(indices)]
+            rows, sims = self._sims(indices)
+            return self._per_row(rows, sims, self.venv.call_envs("get", attr_name, sims))
 
         def set_attr(self, attr_name: str, value: Any, indices=None) -> None:
-            setattr(self.venv, attr_name, value)
+            _, sims = self._sims(indices)
+            self.venv.call_envs("set", attr_name, sims, values=[value] * len(sims))
 
         def env_method(self, method_name: str, *args, indices=None, **kwargs) -> list[Any]:
-            rows = self._rows(indices)
+            rows, sims = self._sims(indices)
             if method_name == "action_masks":
                 masks = self.action_masks()
                 return [masks[r] for r in rows]
-            result = getattr(self.venv, method_name)(*args, **kwargs)
-            return [result for _ in rows]
+            values = self.venv.call_envs("call", method_name, sims, *args, **kwargs)
+            return self._per_row(rows, sims, values)
 
         def has_attr(self, attr_name: str) -> bool:
             # sb3_contrib's MaskablePPO asks for "action_masks" before it trains.
-            return attr_name == "action_masks" or hasattr(self.venv, attr_name)
+            if attr_name == "action_masks":
+                return True
+            try:
+                self.venv.call_envs("get", attr_name, [0])
+            except AttributeError:
+                return False
+            return True
 
         def env_is_wrapped(self, wrapper_class, indices=None) -> list[bool]:
-            return [False for _ in self._rows(indices)]
+            rows, _ = self._sims(indices)
+            return [False for _ in rows]
+
+        def get_images(self) -> list[np.ndarray]:
+            """One frame per row (each simulation's ``render()``, repeated for its rows)."""
+            rows, sims = self._sims(None)
+            return self._per_row(rows, sims, list(self.venv.call("render")))
 
     return DeszooSB3VecEnv(vec)

@@ -1,109 +1,127 @@
 """``supersuit``: SuperSuit's vectorization (``concat_vec_envs_v1``), done correctly.
 
-SuperSuit's pieces are used as they are, ``ConcatVecEnv`` (``num_cpus`` 0 or 1) and
-``ProcConcatVec`` (``num_cpus`` >= 2: one process per CPU, observations in shared memory,
-actions and infos pickled through one pipe per worker), with these fixes:
+SuperSuit's pieces are used as they are: ``ConcatVecEnv`` (in the parent when
+``num_workers`` is 0 or 1), and with ``num_workers >= 2`` its worker loop
+(``supersuit.vector.multiproc_vec.async_loop``, one process per worker, observations,
+rewards and flags in SuperSuit's shared arrays, actions and infos pickled through one pipe
+per worker, deep copies on the parent's side as ``ProcConcatVec.step_wait`` makes them).
+The lifecycle around them is deszoo's own (see :mod:`deszoo.vector.base`). What it fixes:
 
 * Seeding. ``ProcConcatVec.reset(seed=s)`` sends ``s + worker_index`` to each worker, which
   then seeds its own envs ``s + worker_index + j``: with ``num_cpus=2`` and 4 envs the seeds
   are 100, 101, 101, 102 (two envs replay one trajectory) and differ from ``num_cpus=0``.
-  Here worker ``w`` gets ``s + first_env(w)``, so env ``i`` always gets ``s + i``.
+  Here each env gets its own seed (``s + i``), passed in the reset options.
 * The per-env adapter. ``pettingzoo_env_to_vec_env_v1`` autoresets in the same step and
   needs a black-death wrapper when agents leave; it is replaced by :class:`AgentVecEnv`,
   which runs the same :class:`~deszoo.vector._host.EnvGroup` as the other backends
   (next-step autoreset, fixed rows, masks), so results are bit-identical to them.
-* Reset infos come back decompressed (SuperSuit returns its compressed per-worker form).
-* Faults: a worker error is re-raised as :class:`~deszoo.errors.SubEnvError` naming the env
-  (no ``print``), a dead or silent worker raises instead of blocking in ``recv``, workers are
-  daemonic (an unclosed vector env cannot block interpreter exit), and ``close`` closes the
-  envs and ends the workers cleanly (SuperSuit's ``close`` sends ``("close", None)``, which
-  its own worker loop does not understand: the workers end by raising ``AssertionError``,
-  without closing their envs).
+* Faults. An env exception travels back in the infos instead of ending the worker (its
+  loop exits on any exception); a dead or silent worker is detected instead of blocking in
+  ``recv``; workers are daemonic; ``close`` closes the envs and ends the workers cleanly
+  (SuperSuit's ``close`` sends ``("close", None)``, which its own worker loop does not
+  understand: its workers end by raising ``AssertionError`` without closing their envs).
+* Calls. SuperSuit's worker loop knows no generic call; ``call``/``get_attr``/``set_attr``
+  and rebuilds travel as its ``("env_is_wrapped", data)`` message, which it hands to the
+  envs and answers with their replies.
 """
 
 from __future__ import annotations
 
 import copy as _copy
-import functools
+import multiprocessing.connection
 import time
+import traceback
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium.vector
 import numpy as np
-from supersuit.vector import ConcatVecEnv, ProcConcatVec
-from supersuit.vector.constructors import call_wrap
+from supersuit.vector import ConcatVecEnv
 from supersuit.vector.multiproc_vec import async_loop, decompress_info, numpy_deepcopy
 from supersuit.vector.utils.shared_array import SharedArray
 
-from deszoo.errors import (
-    ConfigError,
-    SubEnvError,
-    VectorEnvError,
-    WorkerDiedError,
-    WorkerTimeoutError,
-)
-from deszoo.vector._host import Buffers, EnvGroup, Layout
-from deszoo.vector.base import DeszooVecEnv, State, VecSpec
+from deszoo.errors import ConfigError
+from deszoo.vector._host import Buffers, Call, EnvFailure, EnvGroup, Layout
+from deszoo.vector.base import DeszooVecEnv, Reply, VecSpec, Worker
 
-__all__ = ["AgentVecEnv", "SeededProcConcatVec", "SuperSuitVecEnv"]
+__all__ = ["AgentVecEnv", "SuperSuitVecEnv"]
 
 INFO_KEY = "deszoo"
+NO_RESTART = object()
+
+
+@dataclass(frozen=True)
+class Command:
+    """A deszoo command for the envs of a SuperSuit worker (sent as ``env_is_wrapped``)."""
+
+    command: str
+    payload: Any
 
 
 class AgentVecEnv:
     """One env as a SuperSuit-style vector env over its agents (``num_envs`` = agents)."""
 
-    def __init__(self, factory: Any, env_index: int, layout: Layout, same_step: bool):
-        self._args = (factory, env_index, layout, same_step)
+    def __init__(
+        self,
+        factory: Any,
+        env_index: int,
+        layout: Layout,
+        same_step: bool,
+        reset_seed: Any = NO_RESTART,
+        box: Any = None,
+        action_space: Any = None,
+    ):
+        self._args = (factory, env_index, layout, same_step, reset_seed, box, action_space)
         self.env_index = env_index
         self.same_step = same_step
         self.bufs = Buffers(Layout(1, layout.n_agents, layout.obs_dim, layout.n_actions))
-        self.group = EnvGroup(factory, self.bufs, 0, 1)
+        seeds = None if reset_seed is NO_RESTART else [reset_seed]
+        self.group = EnvGroup(factory, self.bufs, 0, 1, seeds)
+        self.num_envs = layout.n_agents
         env = self.group.envs[0]
         agent = env.possible_agents[0]
-        self.num_envs = layout.n_agents
-        self.observation_space = env._box
-        self.action_space = env.action_space(agent)
-        self.metadata = env.metadata
+        if box is None:  # used on its own, as a SuperSuit vector env
+            space = env.observation_space(agent)
+            box = space["observation"] if hasattr(space, "spaces") else space
+        self.observation_space = box
+        self.action_space = action_space or env.action_space(agent)
+        self.metadata = {}
         self.render_mode = None
 
     def __reduce__(self):
         # Rebuild from the arguments: pickled numpy views would lose their shared base.
         return (AgentVecEnv, self._args)
 
-    def _raise(self, failures: list) -> None:
-        f = failures[0]
-        raise SubEnvError(
-            f"env {self.env_index} raised {f.error_type}: {f.message}\n"
-            f"worker traceback:\n{f.traceback}",
-            env_index=self.env_index,
-            error_type=f.error_type,
-            worker_traceback=f.traceback,
-        )
+    def _global(self, failures: list[EnvFailure]) -> list[EnvFailure]:
+        for f in failures:
+            f.env_index = self.env_index
+        return failures
 
-    def _infos(self) -> list[dict]:
+    def _infos(self, failures: list[EnvFailure]) -> list[dict]:
         b = self.bufs
         final = (b.final_obs.copy(), b.final.copy()) if self.same_step else None
         packed = (
             b.mask.copy(), b.needs.copy(), b.live.copy(), b.invalid.copy(),
             b.invalid_count.copy(), float(b.sim_time[0]), int(b.events[0]), final,
+            self._global(failures),
         )
         return [{INFO_KEY: packed}] + [{} for _ in range(self.num_envs - 1)]
 
     def reset(self, seed: int | None = None, options: dict | None = None):
-        failures = self.group.reset([seed])
-        if failures:
-            self._raise(failures)
-        return self.bufs.obs.copy(), self._infos()
+        plan = (options or {}).get(INFO_KEY)  # {env index: seed} of the envs to reset
+        failures = []
+        if plan is None:
+            failures = self.group.reset([seed])
+        elif self.env_index in plan:
+            failures = self.group.reset([plan[self.env_index]])
+        return self.bufs.obs.copy(), self._infos(failures)
 
     def step(self, actions):
         b = self.bufs
         b.act[:] = actions
         failures = self.group.step(self.same_step)
-        if failures:
-            self._raise(failures)
-        return b.obs.copy(), b.rew.copy(), b.term.copy(), b.trunc.copy(), self._infos()
+        return b.obs.copy(), b.rew.copy(), b.term.copy(), b.trunc.copy(), self._infos(failures)
 
     def step_async(self, actions):
         self._saved = actions
@@ -111,166 +129,101 @@ class AgentVecEnv:
     def step_wait(self):
         return self.step(self._saved)
 
+    def run(self, cmd: Command) -> tuple[list[EnvFailure], Any]:
+        """A deszoo command (sims are batch-wide; this group's one env is index 0)."""
+        payload = cmd.payload
+        if cmd.command == "call":
+            mine = payload.sims.index(self.env_index)
+            values = (payload.values[mine],) if payload.values else ()
+            payload = Call(payload.kind, payload.name, (0,), payload.args, payload.kwargs,
+                           values)
+        elif cmd.command == "rebuild":
+            seeds, reset_now = payload
+            payload = ({0: seeds[self.env_index]}, reset_now)
+        failures, value = self.group.run(cmd.command, payload)
+        return self._global(failures), value
+
+    def env_is_wrapped(self, wrapper_class):
+        if isinstance(wrapper_class, Command):  # a deszoo command, see the module docstring
+            if wrapper_class.payload is None or self._wants(wrapper_class):
+                out = self.run(wrapper_class)
+            else:
+                out = None
+            return [out] + [None] * (self.num_envs - 1)
+        return [False] * self.num_envs
+
+    def _wants(self, cmd: Command) -> bool:
+        if cmd.command == "call":
+            return self.env_index in cmd.payload.sims
+        if cmd.command == "rebuild":
+            return self.env_index in cmd.payload[0]
+        return True
+
     def render(self):
         return None
 
     def close(self):
         self.group.close()
 
-    def env_is_wrapped(self, wrapper_class):
-        return [False] * self.num_envs
+
+def _concat(fns: list) -> ConcatVecEnv:
+    """A worker's SuperSuit ``ConcatVecEnv`` (module level: picklable under spawn)."""
+    return ConcatVecEnv(fns)
 
 
-def _stop_procs(pipes: list, procs: list, timeout: list[float]) -> None:
-    """Close SuperSuit workers: ``close``, read the ack, ``terminate``, join, kill."""
-    for pipe, proc in zip(pipes, procs, strict=True):
-        if proc.is_alive():
+@dataclass
+class _Proc:
+    proc: Any
+    pipe: Any
+    start: int = 0  # its first row in SuperSuit's shared arrays
+    dead: bool = False
+
+
+class _Shared:
+    """SuperSuit's shared arrays and the workers, for the finalizer (no env reference)."""
+
+    def __init__(self, close_timeout: float):
+        self.procs: dict[int, _Proc] = {}
+        self.close_timeout = close_timeout
+
+    def stop(self) -> None:
+        """Close SuperSuit workers: ``close``, read the ack, ``terminate``, join, kill."""
+        procs = list(self.procs.values())
+        self.procs.clear()
+        for p in procs:
+            if p.proc.is_alive():
+                try:
+                    p.pipe.send("close")  # the worker closes its envs and acknowledges
+                except (OSError, ValueError):
+                    pass
+        deadline = time.monotonic() + self.close_timeout
+        for p in procs:
             try:
-                pipe.send("close")  # the worker closes its envs and acknowledges
-            except (OSError, ValueError):
+                if p.proc.is_alive() and p.pipe.poll(max(0.0, deadline - time.monotonic())):
+                    p.pipe.recv()
+                p.pipe.send("terminate")
+            except (OSError, EOFError, ValueError):
                 pass
-    deadline = time.monotonic() + timeout[0]
-    for pipe, proc in zip(pipes, procs, strict=True):
-        try:
-            if proc.is_alive() and pipe.poll(max(0.0, deadline - time.monotonic())):
-                pipe.recv()
-            pipe.send("terminate")
-        except (OSError, EOFError, ValueError):
-            pass
-    for proc in procs:
-        proc.join(max(0.0, deadline - time.monotonic()))
-    for pipe, proc in zip(pipes, procs, strict=True):
-        if proc.is_alive():
-            proc.kill()
-            proc.join(1.0)
-        pipe.close()
+        for p in procs:
+            p.proc.join(max(0.0, deadline - time.monotonic()))
+        for p in procs:
+            _end(p)
 
 
-class SeededProcConcatVec(ProcConcatVec):
-    """SuperSuit's ``ProcConcatVec`` with per-env seeds, typed faults and a start method."""
-
-    def __init__(
-        self, vec_env_constrs, observation_space, action_space, tot_num_envs, metadata,
-        rows_per_env: int, ctx: Any, timeout: float,
-    ):
-        # Same as ProcConcatVec.__init__, but with a multiprocessing context and daemonic
-        # workers (an unclosed vector env must not block interpreter exit).
-        self.observation_space = observation_space
-        self.action_space = action_space
-        self.num_envs = num_envs = tot_num_envs
-        self.metadata = metadata
-        self.rows_per_env = rows_per_env
-        self.timeout = timeout
-        self._closed = False
-        self.pipes, self.procs = [], []
-        self.shared_obs = gymnasium.vector.utils.create_shared_memory(
-            observation_space, n=num_envs, ctx=ctx
-        )
-        self.shared_act = gymnasium.vector.utils.create_shared_memory(
-            action_space, n=num_envs, ctx=ctx
-        )
-        self.shared_rews = SharedArray((num_envs,), dtype=np.float32)
-        self.shared_terms = SharedArray((num_envs,), dtype=np.uint8)
-        self.shared_truncs = SharedArray((num_envs,), dtype=np.uint8)
-        self.observations_buffers = gymnasium.vector.utils.read_from_shared_memory(
-            observation_space, self.shared_obs, n=num_envs
-        )
-        self.graceful_shutdown_timeout = timeout
-        for constr in vec_env_constrs:
-            inpt, outpt = ctx.Pipe()
-            constr = gymnasium.vector.async_vector_env.CloudpickleWrapper(constr)
-            proc = ctx.Process(
-                target=async_loop,
-                args=(constr, inpt, outpt, self.shared_obs, self.shared_rews,
-                      self.shared_terms, self.shared_truncs),
-                daemon=True,
-            )
-            proc.start()
-            outpt.close()
-            self.pipes.append(inpt)
-            self.procs.append(proc)
-        self.close_timeout = [5.0]  # drops after a fault: a hung worker is not waited for
-        self._finalizer = weakref.finalize(
-            self, _stop_procs, self.pipes, self.procs, self.close_timeout
-        )
-        env_nums = self._receive_info()
-        idx_starts, total = [], 0
-        for pipe, count in zip(self.pipes, env_nums, strict=True):
-            pipe.send(total)
-            idx_starts.append(total)
-            total += count
-        idx_starts.append(total)
-        assert total == tot_num_envs
-        self.idx_starts = idx_starts
-
-    def _send(self, i: int, message: Any) -> None:
-        try:
-            self.pipes[i].send(message)
-        except OSError:  # broken pipe: the worker is gone
-            self.procs[i].join(1.0)
-            raise WorkerDiedError(
-                f"supersuit worker {i} (pid {self.procs[i].pid}) died (exit code "
-                f"{self.procs[i].exitcode}); close() the vector env"
-            ) from None
-
-    def step_async(self, actions):
-        actions = list(actions)
-        for i in range(len(self.pipes)):
-            start, end = self.idx_starts[i : i + 2]
-            self._send(i, ("step", actions[start:end]))
-
-    def reset(self, seed=None, options=None):
-        for i in range(len(self.pipes)):
-            # The fix: worker i's first env is env idx_starts[i] // rows_per_env.
-            s = None if seed is None else seed + self.idx_starts[i] // self.rows_per_env
-            self._send(i, ("reset", (s, options)))
-        infos = decompress_info(self.num_envs, self.idx_starts, self._receive_info())
-        return numpy_deepcopy(self.observations_buffers), _copy.deepcopy(infos)
-
-    def _receive_info(self):
-        data, errors = [], []
-        deadline = time.monotonic() + self.timeout
-        for i, pipe in enumerate(self.pipes):
-            if not pipe.poll(max(0.0, deadline - time.monotonic())):
-                raise WorkerTimeoutError(
-                    f"supersuit worker {i} (pid {self.procs[i].pid}) gave no answer within "
-                    f"timeout={self.timeout:g} s; close() the vector env"
-                )
-            try:
-                item = pipe.recv()
-            except (EOFError, OSError):
-                self.procs[i].join(1.0)
-                raise WorkerDiedError(
-                    f"supersuit worker {i} (pid {self.procs[i].pid}) died (exit code "
-                    f"{self.procs[i].exitcode}); close() the vector env"
-                ) from None
-            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], BaseException):
-                errors.append(item)
-                continue
-            data.append(item)
-        if errors:
-            exc, tb = errors[0]
-            if isinstance(exc, SubEnvError):
-                raise exc
-            raise SubEnvError(
-                f"supersuit worker raised {type(exc).__name__}: {exc}\nworker traceback:\n{tb}",
-                error_type=type(exc).__name__,
-                worker_traceback=tb,
-            )
-        return data
-
-    def close(self):
-        if self._closed:
-            return
-        self._closed = True
-        self._finalizer()
-
-    def __del__(self):
-        pass  # the weakref finalizer does the cleanup; never block in a destructor
+def _end(p: _Proc) -> None:
+    if p.proc.is_alive():
+        p.proc.kill()
+        p.proc.join(1.0)
+    p.pipe.close()
 
 
 class SuperSuitVecEnv(DeszooVecEnv):
-    """SuperSuit's concat vectorization over :class:`AgentVecEnv`; see ``make_vec``."""
+    """SuperSuit's concat vectorization over :class:`AgentVecEnv`; see ``make_vec``.
+
+    Args:
+        num_cpus: SuperSuit's ``num_cpus``: 0 or 1 runs in the parent, more starts that
+            many worker processes (at most one per env).
+    """
 
     backend = "supersuit"
 
@@ -281,94 +234,245 @@ class SuperSuitVecEnv(DeszooVecEnv):
         num_cpus: int = 0,
         timeout: float = 60.0,
         start_method: str | None = None,
+        close_timeout: float = 5.0,
         **options: Any,
     ):
         import multiprocessing as mp
 
-        super().__init__(spec, seed=seed, **options)
-        if self.on_error == "restart":
-            raise ConfigError(
-                "backend 'supersuit' has no on_error='restart'; use 'shm' or 'roundrobin'"
-            )
-        same_step = self.autoreset_mode.value == "SameStep"
-        fns = [
-            functools.partial(AgentVecEnv, spec.factory, i, self.layout, same_step)
-            for i in range(self.num_sims)
-        ]
-        self.num_cpus = min(int(num_cpus), self.num_sims)
+        self.num_cpus = min(int(num_cpus), spec.num_sims)
+        super().__init__(spec, seed=seed, num_workers=max(1, self.num_cpus), timeout=timeout,
+                         **options)
         self._bufs = Buffers(self.layout)
-        obs_space, act_space = spec.obs_box, spec.action_space
-        if self.num_cpus <= 1:
-            self._ss = ConcatVecEnv(fns, obs_space, act_space)
-        else:
-            # The same split as supersuit's MakeCPUAsyncConstructor: ceil(n / cpus) per worker.
-            per = -(-self.num_sims // self.num_cpus)
-            groups = [fns[i : i + per] for i in range(0, self.num_sims, per)]
-            self._ss = SeededProcConcatVec(
-                [call_wrap(ConcatVecEnv, g) for g in groups], obs_space, act_space,
-                self.num_envs, {"name": spec.name}, self.agents_per_sim,
-                mp.get_context(start_method), float(timeout),
+        self._in_process = self.num_cpus <= 1
+        self._replies: list[Reply] = []
+        self._shared = _Shared(float(close_timeout))
+        self._finalizer = weakref.finalize(self, self._shared.stop)
+        if not self._in_process:
+            try:
+                self._ctx = mp.get_context(start_method)
+            except ValueError:
+                raise ConfigError(
+                    f"start_method={start_method!r}; valid: None or one of "
+                    f"{mp.get_all_start_methods()}"
+                ) from None
+            self.start_method = self._ctx.get_start_method()
+            box = spec.obs_box
+            rows = self.num_envs
+            # SuperSuit's own shared buffers, as ProcConcatVec makes them.
+            self._shared_obs = gymnasium.vector.utils.create_shared_memory(box, n=rows,
+                                                                           ctx=self._ctx)
+            self._obs_view = gymnasium.vector.utils.read_from_shared_memory(
+                box, self._shared_obs, n=rows
             )
+            self._shared_rews = SharedArray((rows,), dtype=np.float32)
+            self._shared_terms = SharedArray((rows,), dtype=np.uint8)
+            self._shared_truncs = SharedArray((rows,), dtype=np.uint8)
+        self._boot()
 
-    def _absorb(self, obs, infos, rew=None, term=None, trunc=None) -> None:
+    def _fns(self, w: Worker, reset_seeds: list | None) -> list:
+        import functools
+
+        seeds = [NO_RESTART] * w.count if reset_seeds is None else reset_seeds
+        return [
+            functools.partial(AgentVecEnv, self.sim_spec.factory, s, self.layout,
+                              self._same_step, seeds[k], self.sim_spec.obs_box,
+                              self.sim_spec.action_space)
+            for k, s in enumerate(w.sims)
+        ]
+
+    # ---- transport ------------------------------------------------------------------
+    def _launch(self, w: Worker, reset_seeds: list | None) -> None:
+        fns = self._fns(w, reset_seeds)
+        if self._in_process:
+            try:
+                w.handle = ConcatVecEnv(fns)
+                self._replies.append(Reply(w.index, "booted"))
+            except Exception as exc:
+                detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+                self._replies.append(Reply(w.index, "boot_failed", detail=detail))
+            return
+        import functools
+
+        inpt, outpt = self._ctx.Pipe()
+        constr = gymnasium.vector.async_vector_env.CloudpickleWrapper(
+            functools.partial(_concat, fns)
+        )
+        proc = self._ctx.Process(
+            target=async_loop,
+            args=(constr, inpt, outpt, self._shared_obs, self._shared_rews,
+                  self._shared_terms, self._shared_truncs),
+            daemon=True,
+            name=f"deszoo-supersuit-{w.index}",
+        )
+        proc.start()
+        outpt.close()
+        p = w.handle = _Proc(proc, inpt, start=w.first * self.agents_per_sim)
+        self._shared.procs[w.index] = p
+
+    def _post(self, w: Worker, command: str, payload: Any) -> None:
+        if self._in_process:
+            self._replies.append(self._run_here(w, command, payload))
+            return
+        p: _Proc = w.handle
+        try:
+            p.pipe.send(self._message(w, command, payload))
+        except OSError:  # broken pipe: the worker is gone; _poll sees its sentinel
+            p.dead = True
+
+    def _message(self, w: Worker, command: str, payload: Any) -> Any:
+        if command == "step":
+            return ("step", list(self._bufs.act[w.rows]))
+        if command == "reset":
+            seeds, which = payload
+            plan = {s: seeds[k] for k, s in enumerate(w.sims) if which is None or which[k]}
+            return ("reset", (None, {INFO_KEY: plan}))
+        return ("env_is_wrapped", Command(command, payload))
+
+    def _run_here(self, w: Worker, command: str, payload: Any) -> Reply:
+        ss: ConcatVecEnv = w.handle
+        message = self._message(w, command, payload)
+        if message[0] == "step":
+            obs, rew, term, trunc, infos = ss.step(np.asarray(message[1]))
+            return self._absorb(w, obs, infos, rew, term, trunc)
+        if message[0] == "reset":
+            obs, infos = ss.reset(*message[1])
+            return self._absorb(w, obs, infos)
+        return self._answers(w, ss.env_is_wrapped(message[1]))
+
+    def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
+        out, self._replies = self._replies, []
+        if out or self._in_process:
+            return out
+        busy = [w for w in self._workers if w.busy and w.handle is not None]
+        waits: dict[Any, Worker] = {}
+        for w in busy:
+            p: _Proc = w.handle
+            if p.dead and not p.proc.is_alive():
+                out.append(Reply(w.index, "died", detail=self._exit_detail(p)))
+                continue
+            waits[p.pipe] = w
+            waits[p.proc.sentinel] = w
+        if out:
+            return out
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return []
+        done: set[int] = set()
+        for ready in multiprocessing.connection.wait(list(waits), remaining):
+            w = waits[ready]
+            if w.index in done:
+                continue
+            p = w.handle
+            if ready is p.pipe or p.pipe.poll():
+                try:
+                    item = p.pipe.recv()
+                except (EOFError, OSError):
+                    p.proc.join(1.0)
+                    out.append(Reply(w.index, "died", detail=self._exit_detail(p)))
+                    done.add(w.index)
+                    continue
+                out.append(self._receive(w, item))
+            else:
+                p.proc.join(1.0)
+                out.append(Reply(w.index, "died", detail=self._exit_detail(p)))
+            done.add(w.index)
+        return out
+
+    def _receive(self, w: Worker, item: Any) -> Reply:
+        """One message of a SuperSuit worker, as the reply to its command in flight."""
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], BaseException):
+            exc, tb = item  # SuperSuit's loop ended on an exception (boot, or a bug)
+            detail = f"{type(exc).__name__}: {exc}\nworker traceback:\n{tb}"
+            if w.busy == "boot":
+                return Reply(w.index, "boot_failed", detail=detail)
+            return Reply(w.index, "died", detail=f" ({detail})")
+        p: _Proc = w.handle
+        if w.busy == "boot":  # its env count: answer with its first row
+            p.pipe.send(p.start)
+            return Reply(w.index, "booted")
+        if w.busy == "step":
+            rows = w.rows
+            # As ProcConcatVec.step_wait does: decompress, deep-copy what the parent keeps.
+            obs = numpy_deepcopy(self._obs_view[rows])
+            infos = _copy.deepcopy(self._decompress(w, item))
+            return self._absorb(w, obs, infos, self._shared_rews.np_arr[rows],
+                                self._shared_terms.np_arr[rows],
+                                self._shared_truncs.np_arr[rows])
+        if w.busy == "reset":
+            obs = numpy_deepcopy(self._obs_view[w.rows])
+            return self._absorb(w, obs, _copy.deepcopy(self._decompress(w, item)))
+        return self._answers(w, item)
+
+    def _decompress(self, w: Worker, comp: list) -> list[dict]:
+        return decompress_info(w.count * self.agents_per_sim, [0], [comp])
+
+    def _absorb(self, w: Worker, obs, infos, rew=None, term=None, trunc=None) -> Reply:
+        """Copy a worker's results into the batch buffers; its env failures as a reply."""
         b, n = self._bufs, self.agents_per_sim
-        b.obs[:] = obs
-        if rew is not None:
-            b.rew[:] = rew
-            b.term[:] = term
-            b.trunc[:] = trunc
-        else:
-            b.rew[:] = 0.0
-            b.term[:] = False
-            b.trunc[:] = False
-        for s in range(self.num_sims):
-            mask, needs, live, invalid, count, now, events, final = infos[s * n][INFO_KEY]
+        failures: list[EnvFailure] = []
+        for k, s in enumerate(w.sims):
+            packed = infos[k * n].get(INFO_KEY)
+            if packed is None:
+                continue
             rows = slice(s * n, (s + 1) * n)
+            local = slice(k * n, (k + 1) * n)
+            mask, needs, live, invalid, count, now, events, final, found = packed
+            b.obs[rows] = obs[local]
+            if rew is not None:
+                b.rew[rows], b.term[rows], b.trunc[rows] = rew[local], term[local], trunc[local]
             b.mask[rows], b.needs[rows], b.live[rows] = mask, needs, live
             b.invalid[rows], b.invalid_count[rows] = invalid, count
             b.sim_time[s], b.events[s] = now, events
+            b.final[rows] = False
             if final is not None:
                 b.final_obs[rows], b.final[rows] = final
+            failures += found
+        return Reply(w.index, "ok", failures)
 
-    def _guard(self, fn, *args):
-        try:
-            return fn(*args)
-        except SubEnvError:
-            # In-process envs are intact enough to reset; a SuperSuit worker that raised
-            # has exited, so the vector env cannot go on.
-            self._state = State.NEEDS_RESET if self.num_cpus <= 1 else State.FAILED
-            raise
-        except VectorEnvError:
-            self._state = State.FAILED
-            if isinstance(self._ss, SeededProcConcatVec):
-                self._ss.close_timeout[0] = 0.2
-            raise
+    def _answers(self, w: Worker, items: list) -> Reply:
+        """Replies to a command sent as ``env_is_wrapped``: one ``(failures, value)`` per
+        env that ran it, at its first row."""
+        failures, values = [], []
+        for k in range(w.count):
+            got = items[k * self.agents_per_sim]
+            if got is None:
+                continue
+            found, value = got
+            failures += found
+            if value is not None:
+                values += value
+        return Reply(w.index, "ok", failures, values or None)
 
-    def reset(self, *, seed=None, options=None):
-        self._check_state(stepping=False)
-        seeds = self._seeds(seed)
-        if all(s is None for s in seeds):
-            first = None
-        elif seeds == list(range(seeds[0], seeds[0] + self.num_sims)):
-            first = seeds[0]
+    @staticmethod
+    def _exit_detail(p: _Proc) -> str:
+        code = p.proc.exitcode
+        signal_note = ", killed by a signal" if code is not None and code < 0 else ""
+        return f" (exit code {code}{signal_note}); its envs were lost"
+
+    def _kill(self, w: Worker) -> None:
+        if w.handle is None:
+            return
+        if self._in_process:
+            w.handle.close()
         else:
-            raise ConfigError("backend 'supersuit' takes an int seed (env i gets seed + i)")
-        obs, infos = self._guard(self._ss.reset, first, options)
-        self._absorb(obs, infos)
-        self._state = State.READY
-        obs, _, _, _, infos = self._results(self._bufs)
-        return obs, infos
+            self._shared.procs.pop(w.index, None)
+            _end(w.handle)
+        w.handle = None
 
-    def step(self, actions):
-        self._check_state()
-        self._check_actions(actions, self._bufs.act)
-        obs, rew, term, trunc, infos = self._guard(self._ss.step, self._bufs.act)
-        self._absorb(obs, infos, rew, term, trunc)
-        return self._results(self._bufs)
+    def _shutdown(self) -> None:
+        if self._in_process:
+            for w in self._workers:
+                self._kill(w)
+        self._finalizer()
+
+    def describe(self, w: Worker) -> str:
+        where = ""
+        if not self._in_process and w.handle is not None:
+            where = f"pid {w.handle.proc.pid}, "
+        return f"supersuit worker {w.index} ({where}envs {w.first}..{w.first + w.count - 1})"
 
     def worker_pids(self) -> list[int]:
         """Process ids of SuperSuit's workers (empty with ``num_cpus`` 0 or 1)."""
-        return [p.pid for p in getattr(self._ss, "procs", [])]
-
-    def close_extras(self, **kwargs: Any) -> None:
-        self._ss.close()
+        if self._in_process:
+            return []
+        return [w.handle.proc.pid for w in self._workers if w.handle is not None]

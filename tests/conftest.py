@@ -1,0 +1,35 @@
+"""Shared fixtures: one local Ray for the whole session, started only if a test needs it."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+HAS_RAY = importlib.util.find_spec("ray") is not None
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray (2 CPUs) for the session; someone else's initialised Ray is used as is."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        yield ray
+        return
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture
+def backend_opts(request):
+    """``backend_opts(opts)``: the make_vec options, with Ray started first if they use it."""
+
+    def prepare(opts: dict) -> dict:
+        if opts.get("backend") == "ray":
+            request.getfixturevalue("ray_session")
+        return dict(opts)
+
+    return prepare
