@@ -11,7 +11,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 import deszoo
-from deszoo.errors import ConfigError, InvalidActionError, SubEnvError
+from deszoo.errors import ConfigError, InvalidActionError, ResetNeededError, SubEnvError
 from deszoo.vector import make_vec
 from deszoo.vector.testing import (
     ToyEnv,
@@ -487,3 +487,113 @@ def test_shm_spinning_workers_give_the_same_results():
         make_vec("jobshop_v0", 2, backend="roundrobin", spin_us=10)
     with pytest.raises(ConfigError, match="spin_us"):
         make_vec("jobshop_v0", 2, backend="shm", spin_us=-1)
+
+
+# ---- Gymnasium VectorEnv API: call, get_attr, set_attr, reset_mask, final_info ----------
+
+
+def test_get_set_call_act_per_simulation(backend):
+    """get_attr/set_attr/call reach each simulation; set values stick across a rebuild."""
+    vec = vec_of(toy(max_steps=50), 3, backend, seed=1)
+    try:
+        vec.reset()
+        assert vec.get_attr("max_steps") == (50, 50, 50)
+        vec.set_attr("max_steps", [4, 5, 6])
+        assert vec.get_attr("max_steps") == (4, 5, 6)
+        vec.set_attr("max_steps", 9)
+        assert vec.get_attr("max_steps") == (9, 9, 9)
+        assert vec.call("needs_action", 0) == vec.call("needs_action", 0)
+        assert vec.get_attr("possible_agents") == (["toy_0", "toy_1", "toy_2"],) * 3
+        assert vec.call_envs("get", "max_steps", [2]) == [9]
+        with pytest.raises(AttributeError, match="no_such_attribute"):
+            vec.get_attr("no_such_attribute")
+        with pytest.raises(ConfigError, match="one value per env"):
+            vec.set_attr("max_steps", [1, 2])
+        with pytest.raises(ConfigError, match="positive int"):
+            vec.set_attr("max_steps", -3)  # the env's own check, raised in the parent
+        # The limit works where it was set: env 1 truncates after 2 steps.
+        vec.set_attr("max_steps", [100, 2, 100])
+        _, infos = vec.reset(seed=1)
+        for _ in range(2):
+            obs, rew, term, trunc, infos = vec.step(legal_last(infos["action_mask"]))
+        assert trunc[3:6].any() and not trunc[:3].any() and not trunc[6:].any()
+    finally:
+        vec.close()
+
+
+def test_reset_mask_resets_only_the_selected_envs(backend):
+    """Gymnasium's reset(options={"reset_mask": m}) resets those envs alone."""
+    vec = vec_of(toy(), 3, backend, seed=5)
+    ref = make_vec(toy(), 3, seed=5, backend="roundrobin")
+    try:
+        _, infos = vec.reset()
+        ref.reset()
+        for _ in range(3):
+            acts = legal_last(infos["action_mask"])
+            *_, infos = vec.step(acts)
+            ref.step(acts)
+        mask = np.zeros(9, dtype=bool)
+        mask[3:6] = True
+        options = {"reset_mask": mask}
+        obs, infos = vec.reset(seed=100, options=options)
+        assert "reset_mask" in options  # read, not popped (RecordEpisodeStatistics reads it)
+        fresh, _ = make_vec(toy(), 3, seed=100, backend="roundrobin").reset()
+        np.testing.assert_array_equal(obs[3:6], fresh[3:6])  # env 1: seed 100 + 1
+        # Envs 0 and 2 go on where they were: the next step equals the reference's.
+        acts = legal_last(infos["action_mask"])
+        out = vec.step(acts)
+        ref_out = ref.step(acts)
+        for rows in (slice(0, 3), slice(6, 9)):
+            np.testing.assert_array_equal(out[0][rows], ref_out[0][rows])
+        with pytest.raises(ConfigError, match="some rows of env"):
+            bad = np.zeros(9, dtype=bool)
+            bad[4] = True
+            vec.reset(options={"reset_mask": bad})
+        with pytest.raises(ConfigError, match="shape"):
+            vec.reset(options={"reset_mask": np.ones(3, dtype=bool)})
+        with pytest.raises(ConfigError, match="bool"):
+            vec.reset(options={"reset_mask": np.ones(9, dtype=np.int8)})
+    finally:
+        vec.close()
+        ref.close()
+
+
+def test_same_step_final_info(backend):
+    """SameStep mode: final_info carries the ended episodes' clock and invalid count."""
+    vec = vec_of(toy(), 2, backend, seed=3, autoreset_mode="SameStep")
+    try:
+        _, infos = vec.reset()
+        seen = 0
+        for _ in range(40):
+            acts = np.zeros(6, dtype=np.int64)  # 0 is masked out for deciding agents
+            obs, rew, term, trunc, infos = vec.step(acts)
+            final = infos["_final_info"]
+            assert final.dtype == bool and (final == infos["_final_obs"]).all()
+            if final.any():
+                seen += 1
+                fi = infos["final_info"]
+                assert (fi["sim_time"][final] >= 6.0).all()  # the toy's horizon
+                assert (fi["invalid_count"][final] >= 0).all()
+                assert fi["invalid_count"][final].sum() > 0
+        assert seen > 0
+    finally:
+        vec.close()
+
+
+def test_disabled_autoreset_needs_a_masked_reset(backend):
+    """autoreset_mode="Disabled": an ended env must be reset (reset_mask) before a step."""
+    vec = vec_of(toy(horizon=2.0), 2, backend, seed=3, autoreset_mode="Disabled")
+    try:
+        _, infos = vec.reset()
+        for _ in range(30):
+            obs, rew, term, trunc, infos = vec.step(legal_last(infos["action_mask"]))
+            ended = (term | trunc).reshape(2, 3).any(axis=1) & ~infos["live"].reshape(2, 3).any(1)
+            if ended.any():
+                break
+        assert ended.any()
+        with pytest.raises(ResetNeededError, match="reset_mask"):
+            vec.step(legal_last(infos["action_mask"]))
+        _, infos = vec.reset(options={"reset_mask": np.repeat(ended, 3)})
+        vec.step(legal_last(infos["action_mask"]))
+    finally:
+        vec.close()

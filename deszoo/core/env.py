@@ -82,6 +82,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "max_time": None,
     "invalid_action": "random",
     "invalid_penalty": 0.0,
+    "black_death": False,
 }
 INVALID_MODES = ("random", "raise")
 
@@ -169,6 +170,11 @@ class SimPyParallelEnv(ParallelEnv):
                 f"{name}: invalid_penalty={penalty!r} must be a finite number >= 0"
             )
         self._strict = mode == "raise"
+        if not isinstance(self.config["black_death"], (bool, np.bool_)):
+            raise ConfigError(
+                f"{name}: black_death={self.config['black_death']!r} must be True or False"
+            )
+        self._black_death = bool(self.config["black_death"])
         for key in ("max_steps", "max_time"):
             self._check_limit(key, self.config[key])
 
@@ -199,6 +205,7 @@ class SimPyParallelEnv(ParallelEnv):
         self.needs_buf = np.zeros(n, dtype=bool)
         self.invalid_buf = np.zeros(n, dtype=bool)
         self.invalid_count = np.zeros(n, dtype=np.int32)
+        self._gone = np.zeros(n, dtype=bool)  # left, but listed until the end (black_death)
         self._rows = np.arange(n)
         self.sim: simpy.Environment | None = None
         self.rng: np.random.Generator | None = None
@@ -297,19 +304,27 @@ class SimPyParallelEnv(ParallelEnv):
 
     def end_episode(self) -> None:
         """Terminate the episode for every live agent after the current event."""
-        self.term_buf[self.live] = True
+        self.term_buf[self.live | self._gone] = True
         self._over = True
 
     def remove_agent(self, i: int) -> None:
-        """Terminate agent ``i`` alone (it leaves ``agents`` after this step)."""
+        """Terminate agent ``i`` alone (it leaves ``agents`` after this step).
+
+        With ``black_death=True`` it stays in ``agents`` until the episode ends, observing
+        zeros with the no-op mask, and its termination is reported then, with everyone's.
+        """
         if not self.live[i]:
             return
-        self.term_buf[i] = True
         self.live[i] = False
+        if self._black_death:
+            self._gone[i] = True
+        else:
+            self.term_buf[i] = True
         event = self._pending.pop(i, None)
         if event is not None:
             event.succeed(NOOP)
         if not self.live.any():  # nobody is left to decide: the episode is over
+            self.term_buf[self._gone] = True
             self._over = True
 
     def needs_action(self, i: int) -> bool:
@@ -376,7 +391,7 @@ class SimPyParallelEnv(ParallelEnv):
                     f"{self.possible_agents}"
                 )
             value = self._check_action(name, action)
-            if not self.live[i]:
+            if not (self.live[i] or self._gone[i]):
                 if self._strict:
                     raise UnknownAgentError(
                         f"action for agent {name!r}, which has left the episode; live "
@@ -442,6 +457,7 @@ class SimPyParallelEnv(ParallelEnv):
         self.num_steps = 0
         self.num_events = 0
         self.live[:] = True
+        self._gone[:] = False
         self.term_buf[:] = False
         self.trunc_buf[:] = False
         self.rew_buf[:] = 0.0
@@ -541,7 +557,7 @@ class SimPyParallelEnv(ParallelEnv):
             self._truncate()
 
     def _truncate(self) -> None:
-        self.trunc_buf[self.live] = True
+        self.trunc_buf[self.live | self._gone] = True
         self._over = True
 
     def _finish_step(self) -> None:
@@ -557,11 +573,12 @@ class SimPyParallelEnv(ParallelEnv):
             else:
                 self.mask_buf[i] = 0
                 self.mask_buf[i, NOOP] = 1
-            if self.live[i] or ended[i]:
+            if self.live[i] or (ended[i] and not self._gone[i]):
                 self._observe(i, self.obs_buf[i])
             else:
                 self.obs_buf[i] = 0.0
-        self.agents = [a for a, alive in zip(self.possible_agents, self.live, strict=True) if alive]
+        listed = self.live | self._gone if not self._over else self.live
+        self.agents = [a for a, on in zip(self.possible_agents, listed, strict=True) if on]
 
     def _check_action(self, name: str, action: Any) -> int:
         if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):

@@ -41,9 +41,13 @@ ROW_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("final", "", np.bool_),
     ("invalid", "", np.bool_),
     ("invalid_count", "", np.int32),
+    ("final_count", "", np.int32),
 )
-# Per-env fields: the clock and the SimPy events processed since the vector env was built.
-SIM_FIELDS: tuple[tuple[str, Any], ...] = (("sim_time", np.float64), ("events", np.int64))
+# Per-env fields: the clock, the SimPy events processed since the vector env was built, and
+# the clock when the last episode ended (same-step mode's final_info).
+SIM_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("sim_time", np.float64), ("events", np.int64), ("final_time", np.float64),
+)
 # The env attribute each adopted row buffer replaces.
 ENV_ATTRS = {
     "obs": "obs_buf",
@@ -306,6 +310,8 @@ class EnvGroup:
         bufs, hi = self.bufs, lo + self.n
         bufs.final_obs[lo:hi] = bufs.obs[lo:hi]
         bufs.final[lo:hi] = True
+        bufs.final_count[lo:hi] = bufs.invalid_count[lo:hi]
+        bufs.final_time[self.first + k] = bufs.sim_time[self.first + k]
         rows = slice(lo, hi)
         done = [getattr(bufs, f)[rows].copy() for f in SAME_STEP_KEEP]
         self._reset_one(k, None)

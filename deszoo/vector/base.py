@@ -32,6 +32,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from deszoo import errors as _errors
 from deszoo.core.config import check_seed, is_int
 from deszoo.errors import (
     ConfigError,
@@ -50,6 +51,15 @@ log = logging.getLogger("deszoo.vector")
 
 # A replacement worker that fails to boot this many times in a row ends the run.
 BOOT_ATTEMPTS = 3
+# Errors of call/get_attr/set_attr re-raised in the parent as their own type.
+_CALL_ERRORS: dict[str, type[Exception]] = {
+    cls.__name__: cls
+    for cls in (AttributeError, TypeError, ValueError, KeyError, IndexError, NotImplementedError)
+}
+_CALL_ERRORS.update(
+    (name, getattr(_errors, name)) for name in _errors.__all__
+    if name not in ("SubEnvError",) and issubclass(getattr(_errors, name), ValueError)
+)
 
 
 @dataclass(frozen=True)
@@ -600,8 +610,21 @@ class DeszooVecEnv(VectorEnv):
                 noop = np.zeros_like(infos["action_mask"])
                 noop[:, 0] = 1
                 final_obs = {"observation": final_obs, "action_mask": noop}
+            final = take(bufs.final)
             infos["final_obs"] = final_obs
-            infos["_final_obs"] = take(bufs.final)
+            infos["_final_obs"] = final
+            # Gymnasium's final_info: what the ended episodes' rows reported last (their
+            # clock and invalid-action count; every agent of an ended episode is gone).
+            n = self.agents_per_sim
+            final_time = (bufs.final_time.repeat(n) if rows is None
+                          else bufs.final_time[rows // n])
+            infos["final_info"] = {
+                "sim_time": final_time,
+                "invalid_count": take(bufs.final_count),
+                "_sim_time": final,
+                "_invalid_count": final,
+            }
+            infos["_final_info"] = final
         if self._mask_in_obs:
             obs = {"observation": obs, "action_mask": infos["action_mask"].copy()}
         return obs, take(bufs.rew), take(bufs.term), take(bufs.trunc), infos
@@ -864,10 +887,11 @@ class DeszooVecEnv(VectorEnv):
                 self._fail(VectorEnvError(f"{call.kind}({call.name!r}) failed twice: workers lost"))
             replies.update(again)
         failures = [f for r in replies.values() for f in r.failures]
-        if failures:
+        if failures:  # the caller's mistake (no such attribute, a bad value): its own type
             f = min(failures, key=lambda f: f.env_index)
-            if f.error_type == "AttributeError":
-                raise AttributeError(f"env {f.env_index}: {f.message}")
+            cls = _CALL_ERRORS.get(f.error_type)
+            if cls is not None:
+                raise cls(f"env {f.env_index}: {f.message}")
             raise self._sub_env_error(failures)
         out: dict[int, Any] = {}
         for i, c in plan.items():

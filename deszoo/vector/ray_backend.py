@@ -48,8 +48,8 @@ FIELDS = (
     "obs", "mask", "rew", "term", "trunc", "live", "needs", "invalid", "invalid_count",
     "sim_time", "events",
 )
-SAME_STEP_FIELDS = ("final_obs", "final")
-SIM_FIELDS = ("sim_time", "events")
+SAME_STEP_FIELDS = ("final_obs", "final", "final_count", "final_time")
+SIM_FIELDS = ("sim_time", "events", "final_time")
 # Default actor options: Ray's default resources for actors (one CPU to be placed, none held
 # while running, so several vector envs fit on a small cluster), spread over the nodes.
 ACTOR_OPTIONS = {"max_restarts": 0, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}

@@ -100,7 +100,10 @@ class AgentVecEnv:
 
     def _infos(self, failures: list[EnvFailure]) -> list[dict]:
         b = self.bufs
-        final = (b.final_obs.copy(), b.final.copy()) if self.same_step else None
+        final = None
+        if self.same_step:
+            final = (b.final_obs.copy(), b.final.copy(), b.final_count.copy(),
+                     float(b.final_time[0]))
         packed = (
             b.mask.copy(), b.needs.copy(), b.live.copy(), b.invalid.copy(),
             b.invalid_count.copy(), float(b.sim_time[0]), int(b.events[0]), final,
@@ -425,7 +428,7 @@ class SuperSuitVecEnv(DeszooVecEnv):
             b.sim_time[s], b.events[s] = now, events
             b.final[rows] = False
             if final is not None:
-                b.final_obs[rows], b.final[rows] = final
+                b.final_obs[rows], b.final[rows], b.final_count[rows], b.final_time[s] = final
             failures += found
         return Reply(w.index, "ok", failures)
 

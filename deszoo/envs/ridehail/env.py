@@ -232,7 +232,7 @@ class RideHailEnv(SimPyParallelEnv):
         c, model, now = self.config, self.model, self.sim.now
         n, Z, K = model.n_drivers, model.n_zones, c["request_slots"]
         horizon, cref, tref = model.horizon, self._count_ref, self._time_ref
-        obs = np.zeros((n, self._obs_space.shape[0]), dtype=np.float32)
+        obs = np.zeros((n, self._box.shape[0]), dtype=np.float32)
         state = np.asarray(model.state)
         zone = np.asarray(model.zone)
         on = (state == IDLE) | (state == BUSY) | (state == MOVING)

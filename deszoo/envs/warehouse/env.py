@@ -241,7 +241,7 @@ class WarehouseEnv(SimPyParallelEnv):
         model, now = self.model, self.sim.now
         n, A, L, K = model.n_robots, model.n_aisles, model.length, self.n_actions - 1
         S, cap = model.n_stations, model.capacity
-        obs = np.zeros((n, self._obs_space.shape[0]), dtype=np.float32)
+        obs = np.zeros((n, self._box.shape[0]), dtype=np.float32)
         x = np.asarray(model.x)
         y = np.asarray(model.y)
         obs[:, 0] = model.busy
