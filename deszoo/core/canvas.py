@@ -144,14 +144,13 @@ class Canvas:
 
 
 def _wipe(ax: Any) -> None:
-    """Remove everything a frame drew in ``ax`` (keeps the axes, its labels and title)."""
+    """Remove everything a frame drew in ``ax`` (keeps the axes, its labels, title and
+    legend: a legend belongs to the layout)."""
     for container in list(ax.containers):
         container.remove()
     for group in (ax.patches, ax.texts, ax.lines, ax.collections, ax.images):
         for artist in list(group):
             artist.remove()
-    if ax.legend_ is not None:
-        ax.legend_.remove()
 
 
 def canvas_for(env: Any) -> Canvas:
