@@ -95,6 +95,7 @@ class Canvas:
         self.memory: dict[str, Any] = {}
         self._episode: Any = None
         self._axes: Any = None
+        self._static: set[int] = set()
 
     def begin(self, episode: Any) -> dict[str, Any]:
         """Start a picture of ``episode`` (any identity, e.g. the env's ``sim``).
@@ -111,9 +112,11 @@ class Canvas:
         if self._axes is None:
             self.figure.clear()
             self._axes = build(self.figure)
+            # what the layout drew (reference lines, fixed curves) stays for every frame
+            self._static = {id(a) for ax in self.figure.axes for a in _drawn(ax)}
         else:
             for ax in self.figure.axes:
-                _wipe(ax)
+                _wipe(ax, self._static)
         return self._axes
 
     def blank(self) -> None:
@@ -143,14 +146,20 @@ class Canvas:
         self._episode = None
 
 
-def _wipe(ax: Any) -> None:
-    """Remove everything a frame drew in ``ax`` (keeps the axes, its labels, title and
-    legend: a legend belongs to the layout)."""
-    for container in list(ax.containers):
-        container.remove()
-    for group in (ax.patches, ax.texts, ax.lines, ax.collections, ax.images):
-        for artist in list(group):
-            artist.remove()
+_GROUPS = ("containers", "patches", "texts", "lines", "collections", "images")
+
+
+def _drawn(ax: Any) -> list[Any]:
+    """The artists drawn in ``ax`` (titles, axis labels and legends belong to the layout)."""
+    return [a for group in _GROUPS for a in getattr(ax, group)]
+
+
+def _wipe(ax: Any, keep: set[int]) -> None:
+    """Remove what a frame drew in ``ax``, but not the artists whose ids are in ``keep``."""
+    for group in _GROUPS:  # containers first: removing one removes its bars too
+        for artist in list(getattr(ax, group)):
+            if id(artist) not in keep:
+                artist.remove()
 
 
 def canvas_for(env: Any) -> Canvas:
