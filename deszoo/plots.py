@@ -2,7 +2,8 @@
 
 ``plot_episode("jobshop_v0", "jobshop.png")`` plays an episode with the scenario's
 heuristic (or the uniformly random legal policy), records the model's state after every
-step and saves a chart that suits the scenario: a Gantt chart of the job shop; queue
+step (so a chart shows the state at the decision points, not between them) and saves a
+chart that suits the scenario: a Gantt chart of the job shop; queue
 lengths and waits over simulated time for the queueing scenarios (loadbalance, elevator,
 traffic, warehouse); inventory, backlog and orders per node for the supply chain; open
 requests, drivers by state and earnings for ride hailing.
@@ -82,8 +83,8 @@ def plot_episode(
     with canvas.style():
         summary = trace.chart(canvas.figure, env)
         canvas.figure.suptitle(
-            f"{name}   preset {preset}, seed {seed}, {policy} policy, {env.num_steps} steps\n"
-            f"{summary}",
+            f"{name}   preset {preset}, seed {seed}, {policy} policy, {env.num_steps} steps "
+            f"(lines: the state after every step)\n{summary}",
             x=0.01, ha="left", fontsize=11,
         )  # fmt: skip
     path = Path(path)
