@@ -3,10 +3,10 @@
 ``plot_episode("jobshop_v0", "jobshop.png")`` plays an episode with the scenario's
 heuristic (or the uniformly random legal policy), records the model's state after every
 step (so a chart shows the state at the decision points, not between them) and saves a
-chart that suits the scenario: a Gantt chart of the job shop; queue
-lengths and waits over simulated time for the queueing scenarios (loadbalance, elevator,
-traffic, warehouse); inventory, backlog and orders per node for the supply chain; open
-requests, drivers by state and earnings for ride hailing.
+chart that suits the scenario: a Gantt chart of the job shop; queue lengths and waits
+over simulated time for the queueing scenarios (loadbalance, elevator, traffic,
+warehouse); inventory, backlog and orders per node for the supply chain; open requests,
+drivers by state and earnings for ride hailing. See ``docs/pictures.md``.
 
 Each scenario's drawing code lives in ``deszoo/envs/<name>/render.py``: a ``Trace`` class
 with ``record(env)`` (called after ``reset`` and after every step; it only reads the

@@ -68,19 +68,19 @@ class Trace:
         ax.set_ylim(-0.5, model.n_floors - 0.5)
         ax.set_title("car positions (floor at each step)", loc="left")
         if model.n_cars <= COMPACT_CARS:
-            ax.legend(loc="upper right", ncols=min(model.n_cars, 8), frameon=False)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
         bx.step(self.times, self.waiting, where="post", color=COLORS["wait"],
-                label="waiting at the floors")  # fmt: skip
+                label="waiting at floors")  # fmt: skip
         bx.step(self.times, self.riding, where="post", color=COLORS["busy"], label="riding")
         bx.set_ylabel("passengers")
-        bx.legend(loc="upper left", frameon=False)
+        bx.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
         cx.step(self.times, self.longest, where="post", color=COLORS["bad"],
-                label="longest wait of anyone waiting now")  # fmt: skip
+                label="longest wait now")  # fmt: skip
         cx.plot(self.times, self.mean_wait, color=COLORS["dark"],
-                label="mean wait of the passengers boarded so far")  # fmt: skip
+                label="mean wait of those\nboarded so far")  # fmt: skip
         cx.set_ylabel("seconds")
         cx.set_xlabel("simulated time (s)")
-        cx.legend(loc="upper left", frameon=False)
+        cx.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
         horizon = env.config["horizon"]
         for axis in (ax, bx, cx):
             axis.axvline(horizon, color=COLORS["grey"], linestyle=":", linewidth=1)

@@ -65,6 +65,8 @@ class Trace:
 
     def chart(self, fig: Any, env: Any) -> str:
         """Gantt chart of the machines over the episode, and the jobs in the shop."""
+        from matplotlib.ticker import MaxNLocator
+
         model = env.model
         n = model.n_machines
         ax, bx = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1))
@@ -88,7 +90,8 @@ class Trace:
                 label="operations queued")  # fmt: skip
         bx.set_xlabel("simulated time")
         bx.set_ylabel("count")
-        bx.legend(loc="upper left", frameon=False)
+        bx.yaxis.set_major_locator(MaxNLocator(integer=True))
+        bx.legend(loc="lower left", bbox_to_anchor=(0, 1), ncols=2, frameon=False)
         jobs = [j for j in model.jobs if j.done_at is not None]
         flow = np.mean([j.done_at - j.arrival for j in jobs]) if jobs else float("nan")
         tardy = sum(j.done_at > j.due for j in jobs)

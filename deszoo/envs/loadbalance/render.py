@@ -44,6 +44,8 @@ class Trace:
 
     def chart(self, fig: Any, env: Any) -> str:
         """Queue lengths, expected waits and utilisation per pool; losses over time."""
+        from matplotlib.ticker import MaxNLocator
+
         model = env.model
         servers = np.array([p.servers for p in model.pools], dtype=float)
         ax, bx, cx = fig.subplots(3, 1, sharex=True)
@@ -65,6 +67,7 @@ class Trace:
         ax.text(0, model.queue_cap, "waiting room full", color=COLORS["grey"], fontsize=8,
                 va="bottom")
         ax.set_ylabel("requests")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(loc="upper right", frameon=False, ncols=2)
         bx.set_ylabel("mean service times")
         cx.step(self.times, busy.mean(axis=1), where="post", color=COLORS["busy"],

@@ -55,24 +55,25 @@ class Trace:
 
     def chart(self, fig: Any, env: Any) -> str:
         """Open requests, drivers by state, rides and earnings over the day."""
+        from matplotlib.ticker import MaxNLocator
+
         model = env.model
         hours = np.asarray(self.times) / 3600.0
         ax, bx, cx = fig.subplots(3, 1, sharex=True)
         ax.step(hours, self.open, where="post", color=COLORS["wait"], label="open requests")
         ax.set_ylabel("requests")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title("open requests (made, not yet accepted or cancelled)", loc="left")
         states = np.asarray(self.states)
         bx.stackplot(hours, *[states[:, s] for s, _, _ in STATES], step="post",
                      colors=[c for *_, c in STATES], labels=[lab for _, lab, _ in STATES])
-        bx.text(0.01, 0.97, "with rider: driving to the pickup or with the rider; "
-                "not started: shift not begun yet", transform=bx.transAxes, va="top",
-                fontsize=8, color=COLORS["dark"])  # fmt: skip
         bx.set_ylabel("drivers")
         bx.set_ylim(0, model.n_drivers)
-        bx.set_title("drivers by state", loc="left")
+        bx.set_title("drivers by state (with rider: driving to the pickup or with the rider; "
+                     "not started: shift not begun)", loc="left")  # fmt: skip
         bx.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
         cx.plot(hours, self.reward, color=COLORS["dark"],
-                label="earnings: fares minus driving costs, all drivers")  # fmt: skip
+                label="earnings, all drivers\n(fares minus driving costs)")  # fmt: skip
         cx.set_ylabel("money")
         dx = cx.twinx()
         dx.step(hours, self.served, where="post", color=COLORS["busy"], label="rides completed")
@@ -97,6 +98,7 @@ def draw(env: Any) -> np.ndarray:
 
 def _layout(fig: Any, model: Any) -> tuple[Any, ...]:
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
 
     gs = fig.add_gridspec(3, 2, width_ratios=(1.5, 1), left=0.02, right=0.97, top=0.86,
                           bottom=0.12, wspace=0.25, hspace=0.9)  # fmt: skip
@@ -109,6 +111,10 @@ def _layout(fig: Any, model: Any) -> tuple[Any, ...]:
     for spine in ax.spines.values():
         spine.set_visible(False)
     ax.set_title("zones: shade and number = open requests; dots = drivers", loc="left")
+    for x in range(model.zx + 1):
+        ax.plot([x - 0.5, x - 0.5], [-0.5, model.zy - 0.5], color="white", linewidth=2, zorder=2)
+    for y in range(model.zy + 1):
+        ax.plot([-0.5, model.zx - 0.5], [y - 0.5, y - 0.5], color="white", linewidth=2, zorder=2)
     handles = [
         Line2D([], [], marker="o", linestyle="", color=c, label=lab) for _, lab, c in STATES[:3]
     ] + [Line2D([], [], marker="o", linestyle="", markerfacecolor=COLORS["idle"],
@@ -121,16 +127,21 @@ def _layout(fig: Any, model: Any) -> tuple[Any, ...]:
     bx.set_title("drivers", loc="left")
     bx.set_yticks(range(len(STATES)), [lab for _, lab, _ in STATES], fontsize=7)
     bx.set_ylim(len(STATES) - 0.5, -0.5)
-    bx.set_xlim(0, model.n_drivers)
+    bx.set_xlim(0, model.n_drivers * 1.1)
     cx = fig.add_subplot(gs[1, 1])
     cx.set_title("requests so far", loc="left")
     cx.set_yticks(range(3), ["open now", "completed", "cancelled"], fontsize=7)
     cx.set_ylim(2.5, -0.5)
+    for axis in (bx, cx):  # the counts are written at the bars: no x ticks (they cost)
+        axis.set_xticks([])
+        axis.spines["bottom"].set_visible(False)
     dx = fig.add_subplot(gs[2, 1])
     day = np.linspace(0, model.horizon, 200, endpoint=False)
     dx.plot(day / 3600, [model.rate_factor(t) for t in day], color=COLORS["grey"])
     dx.set_xlim(0, model.horizon / 3600)
     dx.set_ylim(0, 1.5)
+    dx.set_yticks([0, 1])
+    dx.xaxis.set_major_locator(MaxNLocator(5))
     dx.set_xlabel("hour of the day")
     dx.set_title("demand intensity (1 = day average)", loc="left")
     return ax, bx, cx, dx
@@ -150,10 +161,6 @@ def _paint(canvas: Any, env: Any) -> None:
     vmax = max(4, int(grid.max()))
     ax.imshow(grid, cmap="Oranges", vmin=0, vmax=vmax * 1.3, origin="upper",
               extent=(-0.5, zx - 0.5, zy - 0.5, -0.5))  # fmt: skip
-    for x in range(zx + 1):
-        ax.plot([x - 0.5, x - 0.5], [-0.5, zy - 0.5], color="white", linewidth=2)
-    for y in range(zy + 1):
-        ax.plot([-0.5, zx - 0.5], [y - 0.5, y - 0.5], color="white", linewidth=2)
     if Z <= COMPACT:
         for z in range(Z):
             if open_by_zone[z]:
@@ -182,7 +189,7 @@ def _paint(canvas: Any, env: Any) -> None:
         bx.text(v, k, f" {v}", va="center", fontsize=7)
     req = [len(model.open), model.served, model.cancelled]
     cx.barh(range(3), req, color=[COLORS["wait"], COLORS["busy"], COLORS["bad"]], height=0.7)
-    cx.set_xlim(0, max(10, model.n_requests))
+    cx.set_xlim(0, max(10, model.n_requests) * 1.15)
     for k, v in enumerate(req):
         cx.text(v, k, f" {v}", va="center", fontsize=7)
     dx.axvline(now / 3600, color=COLORS["bad"], linewidth=1.5)
