@@ -417,7 +417,9 @@ class SimPyParallelEnv(ParallelEnv):
         trunc = {a: bool(self.trunc_buf[self._index[a]]) for a in before}
         return obs, rew, term, trunc, self._info_dict(before)
 
-    def render(self) -> str | None:
+    def render(self) -> str | np.ndarray | None:
+        if self.render_mode == "rgb_array":
+            return self._render_rgb()
         if self.render_mode == "ansi":
             return self._render_text()
         if self.render_mode == "human":
@@ -427,6 +429,9 @@ class SimPyParallelEnv(ParallelEnv):
         return None
 
     def close(self) -> None:
+        canvas = self.__dict__.pop("_canvas", None)  # the rgb_array figure, if one was drawn
+        if canvas is not None:
+            canvas.close()
         self.sim = None
         self._pending = {}
         self._closed = True

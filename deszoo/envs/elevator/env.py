@@ -84,7 +84,11 @@ MINUTE = 60.0
 class ElevatorEnv(SimPyParallelEnv):
     """Elevator bank with event-driven car decisions; see the module docstring."""
 
-    metadata = {"render_modes": ["human", "ansi"], "name": "elevator_v0"}
+    metadata = {
+        "render_modes": ["human", "ansi", "rgb_array"],
+        "name": "elevator_v0",
+        "render_fps": 8,
+    }
     defaults = {
         "n_floors": 12,
         "n_cars": 4,
@@ -247,6 +251,11 @@ class ElevatorEnv(SimPyParallelEnv):
             up, down = m.hall_count[f]
             lines.append(f"  {f:3d} | {cars} | up {up:3d}  down {down:3d}")
         return "\n".join(lines)
+
+    def _render_rgb(self) -> np.ndarray:
+        from deszoo.envs.elevator import render  # matplotlib is needed only for pictures
+
+        return render.draw(self)
 
 
 

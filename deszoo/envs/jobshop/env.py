@@ -64,7 +64,11 @@ SLOT = 6
 class JobShopEnv(SimPyParallelEnv):
     """Flexible job shop; see the module docstring."""
 
-    metadata = {"render_modes": ["human", "ansi"], "name": "jobshop_v0"}
+    metadata = {
+        "render_modes": ["human", "ansi", "rgb_array"],
+        "name": "jobshop_v0",
+        "render_fps": 4,
+    }
     defaults = {
         "n_machines": 4,
         "n_jobs": 100,
@@ -164,6 +168,12 @@ class JobShopEnv(SimPyParallelEnv):
             state = f"job {run.job.id:3d}" if run is not None else "idle   "
             lines.append(f"  machine_{m}: {state}  queue {len(model.queues[m]):3d}")
         return "\n".join(lines)
+
+    def _render_rgb(self) -> np.ndarray:
+        from deszoo.envs.jobshop import render  # matplotlib is needed only for pictures
+
+        return render.draw(self)
+
 
 
 def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:

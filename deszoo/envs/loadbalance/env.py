@@ -77,7 +77,11 @@ WAIT, SERVICE = 4, 5  # offsets of the expected wait and service time within a p
 class LoadBalanceEnv(SimPyParallelEnv):
     """Dispatchers routing requests to server pools; see the module docstring."""
 
-    metadata = {"render_modes": ["human", "ansi"], "name": "loadbalance_v0"}
+    metadata = {
+        "render_modes": ["human", "ansi", "rgb_array"],
+        "name": "loadbalance_v0",
+        "render_fps": 8,
+    }
     defaults = {
         "n_dispatchers": 4,
         "n_pools": 6,
@@ -226,6 +230,11 @@ class LoadBalanceEnv(SimPyParallelEnv):
                 f"{pool.waiting:3d}/{pool.queue_cap}"
             )
         return "\n".join(lines)
+
+    def _render_rgb(self) -> np.ndarray:
+        from deszoo.envs.loadbalance import render  # matplotlib is needed only for pictures
+
+        return render.draw(self)
 
 
 

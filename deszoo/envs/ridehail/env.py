@@ -107,7 +107,11 @@ _NONNEG = ("demand", "base_fare", "fare_per_minute", "cost_per_minute")
 class RideHailEnv(SimPyParallelEnv):
     """Ride-hailing drivers with shifts; see the module docstring."""
 
-    metadata = {"render_modes": ["human", "ansi"], "name": "ridehail_v0"}
+    metadata = {
+        "render_modes": ["human", "ansi", "rgb_array"],
+        "name": "ridehail_v0",
+        "render_fps": 4,
+    }
     defaults = {
         "zones_x": 4,
         "zones_y": 4,
@@ -311,6 +315,12 @@ class RideHailEnv(SimPyParallelEnv):
         for row in open_by_zone:
             lines.append("  " + " ".join(f"{v:2d}" for v in row))
         return "\n".join(lines)
+
+    def _render_rgb(self) -> np.ndarray:
+        from deszoo.envs.ridehail import render  # matplotlib is needed only for pictures
+
+        return render.draw(self)
+
 
 
 def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:

@@ -91,7 +91,11 @@ Z_RETAIL = 0.5  # safety factor of the heuristic at retailers (upstream: none)
 class SupplyChainEnv(SimPyParallelEnv):
     """Multi-echelon supply chain with periodic orders; see the module docstring."""
 
-    metadata = {"render_modes": ["human", "ansi"], "name": "supplychain_v0"}
+    metadata = {
+        "render_modes": ["human", "ansi", "rgb_array"],
+        "name": "supplychain_v0",
+        "render_fps": 2,
+    }
     defaults = {
         "widths": (4, 2, 2, 1),
         "demand_rate": 8.0,
@@ -254,6 +258,11 @@ class SupplyChainEnv(SimPyParallelEnv):
                 f"on order {m.on_order[i]:5d}  last order {m.last_order[i]:4d}"
             )
         return "\n".join(lines)
+
+    def _render_rgb(self) -> np.ndarray:
+        from deszoo.envs.supplychain import render  # matplotlib is needed only for pictures
+
+        return render.draw(self)
 
 
 

@@ -85,7 +85,11 @@ _PHASE_SLOTS = [phase_lanes(p) for p in range(N_PHASES)]
 class TrafficEnv(SimPyParallelEnv):
     """Grid of signalised intersections; see the module docstring."""
 
-    metadata = {"render_modes": ["human", "ansi"], "name": "traffic_v0"}
+    metadata = {
+        "render_modes": ["human", "ansi", "rgb_array"],
+        "name": "traffic_v0",
+        "render_fps": 4,
+    }
     defaults = {
         "rows": 3,
         "cols": 3,
@@ -246,6 +250,12 @@ class TrafficEnv(SimPyParallelEnv):
                 cells.append(f"{state}:{queued:3d}")
             lines.append("  " + "  ".join(cells))
         return "\n".join(lines)
+
+    def _render_rgb(self) -> np.ndarray:
+        from deszoo.envs.traffic import render  # matplotlib is needed only for pictures
+
+        return render.draw(self)
+
 
 
 def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:

@@ -106,7 +106,11 @@ _POSITIVE = ("cell_time", "pitch_time", "pick_time", "drop_time", "wait_time", "
 class WarehouseEnv(SimPyParallelEnv):
     """Robot fleet picking orders; see the module docstring."""
 
-    metadata = {"render_modes": ["human", "ansi"], "name": "warehouse_v0"}
+    metadata = {
+        "render_modes": ["human", "ansi", "rgb_array"],
+        "name": "warehouse_v0",
+        "render_fps": 8,
+    }
     defaults = {
         "n_robots": 6,
         "n_aisles": 8,
@@ -302,6 +306,12 @@ class WarehouseEnv(SimPyParallelEnv):
             state = "busy" if model.busy[r] else "free"
             lines.append(f"  robot_{r}: {state} x={model.x[r]:4.0f} y={model.y[r]:4.0f}")
         return "\n".join(lines)
+
+    def _render_rgb(self) -> np.ndarray:
+        from deszoo.envs.warehouse import render  # matplotlib is needed only for pictures
+
+        return render.draw(self)
+
 
 
 def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:
