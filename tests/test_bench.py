@@ -206,6 +206,22 @@ def test_failed_row_is_reported_not_fatal():
     assert bad["error"] == "RuntimeError: boom" and bad["env_steps_per_s"] is None
 
 
+def test_progress_units_add_up():
+    """The progress callback advances by total_units in all, failed rows included."""
+    from deszoo.bench.runner import total_units
+
+    def flaky(work, mode, num_envs, num_workers):
+        if mode == "roundrobin":
+            raise RuntimeError("boom")
+        return open_session(work, mode, num_envs, num_workers)
+
+    m = Matrix(scenarios=[SCENARIO], modes=["serial", "roundrobin"], num_envs=[2], **TINY)
+    done = []
+    run_matrix(m, progress=lambda advance, description: done.append(advance),
+               open_session=flaky)
+    assert sum(done) == pytest.approx(total_units(m)) and total_units(m) == 2 * (0.2 + 2)
+
+
 # ---- schema ------------------------------------------------------------------------------
 def test_schema_rejects_missing_and_mistyped_fields(tiny_result):
     r = copy.deepcopy(tiny_result)
