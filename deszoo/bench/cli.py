@@ -39,8 +39,8 @@ DEFAULT_PLOT = Path("deszoo-bench.png")
 
 BENCH_EPILOG_HEAD = f"""\
 The quick suite (the default) runs jobshop_v0/default (8192 env steps per row) and
-traffic_v0/large (512): 2 to 3 minutes on 2 shared cores. --presets, --steps and
---seed change its works; --scenarios replaces them.
+traffic_v0/large (512): under a minute on 2 idle cores, 3 to 5 minutes on 2 busy
+ones. --presets, --steps and --seed change its works; --scenarios replaces them.
 
 seeds:
   --seed S is {cliargs.SEED_HELP} (default 0). Env i is reset

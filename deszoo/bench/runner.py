@@ -170,7 +170,8 @@ a heavy one (about 1.5 ms and 500 events per step), each about 0.5 to 1 s of ser
 
 
 def quick_matrix(modes: list[str] | None = None) -> Matrix:
-    """``deszoo bench``'s default: about a minute on 2 cores, every kind of mode.
+    """``deszoo bench``'s default, every kind of mode: under a minute on 2 idle cores, 3 to 5
+    minutes on 2 busy ones (see docs/benchmarks.md).
 
     The :data:`QUICK_WORKS` that are registered (or else the first scenario), 8 envs, 1 and
     all usable cores as workers, every available mode except ``ray`` (whose start-up alone
