@@ -163,6 +163,16 @@ def test_closed_pipe_ends_quietly():
     assert err == ""
 
 
+def test_closed_pipe_ends_bench_quietly():
+    """The same for `deszoo bench`, whose output goes through rich (which would exit 1)."""
+    proc = subprocess.Popen([*CLI, "bench", "--list-modes"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == EXIT_PIPE
+    assert err == ""
+
+
 def test_piped_into_head():
     """`python -m deszoo.cli run ... | head -1`: head's one line, no traceback, whether the
     pipe closed before or after deszoo's last write."""

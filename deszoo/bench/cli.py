@@ -302,7 +302,13 @@ def check_leaderboard(args: argparse.Namespace) -> None:
 def _console():
     from rich.console import Console
 
-    return Console(stderr=False, width=None if sys.stdout.isatty() else 200)
+    class Quiet(Console):
+        def on_broken_pipe(self) -> None:
+            # rich exits with status 1 here; deszoo's main exits quietly with 141.
+            self.quiet = True
+            raise BrokenPipeError
+
+    return Quiet(stderr=False, width=None if sys.stdout.isatty() else 200)
 
 
 def _setup_logging(console) -> None:

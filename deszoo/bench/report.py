@@ -50,7 +50,7 @@ tolerance absorbs the probe's own noise (an idle machine reads a little under it
 count)."""
 
 FLAGS = {
-    "B": "busy: fewer free cores than the row's workers (at least 1)",
+    "B": f"busy: free cores more than {BUSY_TOLERANCE} short of the row's workers (at least 1)",
     "S": f"spread over repeats above {SPREAD_LIMIT:.0%}",
     "P": "worker processes seen differ from workers (e.g. run in the parent)",
     "X": "rewards differ from serial's: not the same trajectories",
@@ -186,6 +186,10 @@ def row_flags(row: dict, free: float | None) -> str:
     return flags
 
 
+def _reading(x: float | None) -> str:
+    return "?" if x is None else f"{x:.1f}"
+
+
 def load_warnings(result: dict) -> list[str]:
     """Why some figures of ``result`` are not to be trusted, one message per cause: too few
     free cores for the rows flagged ``B``, too wide a spread for those flagged ``S``."""
@@ -198,7 +202,8 @@ def load_warnings(result: dict) -> list[str]:
         need = max(max(r["num_workers"], 1) for r in busy)
         out.append(
             f"busy machine: {free:.1f} free cores (before the run "
-            f"{m['free_cores_start']:.1f}, after {m['free_cores_end']:.1f}) for rows with "
+            f"{_reading(m.get('free_cores_start'))}, after {_reading(m.get('free_cores_end'))}) "
+            "for rows with "
             f"up to {need} workers; the {len(busy)} row(s) flagged B competed with other "
             "processes for CPU, so they understate what this machine does when idle: "
             "rerun them when it is"
