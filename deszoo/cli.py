@@ -1,22 +1,52 @@
-"""Command line: ``deszoo run NAME`` (one seeded episode of the scenario's heuristic),
-``deszoo list``, ``deszoo bench`` (sampling speed) and ``deszoo leaderboard``."""
+"""The ``deszoo`` command: ``run``, ``list``, ``bench`` and ``leaderboard``.
+
+Every argument is checked before any work starts. Exit status: 0 on success; 1 when the
+work failed (a benchmark row, a rejected leaderboard file); 2 for a bad argument, with one
+line ``deszoo: error: ...`` on stderr; 130 on Ctrl-C; 141 when stdout was closed early
+(``deszoo run ... | head``), which ends the command quietly.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 
-import numpy as np
+from deszoo import __version__
+from deszoo import _cliargs as cliargs
+from deszoo.errors import ConfigError
 
-from deszoo.bench import cli as bench_cli
-from deszoo.registry import env_module, list_envs
+__all__ = ["EXIT_INTERRUPTED", "EXIT_PIPE", "build_parser", "main", "run_episode"]
 
-__all__ = ["main", "run_episode"]
+EXIT_INTERRUPTED = 130
+"""Exit status after Ctrl-C: 128 + SIGINT, as a shell reports it."""
+
+EXIT_PIPE = 141
+"""Exit status when stdout was closed early: 128 + SIGPIPE, as a shell reports it."""
+
+DESCRIPTION = (
+    "SimPy discrete-event simulations as PettingZoo environments, sampled in parallel. "
+    "'deszoo COMMAND --help' describes each command."
+)
+
+RUN_EPILOG_HEAD = f"""\
+seeds:
+  --seed S is {cliargs.SEED_HELP} (default 0). The episode is reset with
+  reset(seed=S), which seeds the simulation's random generator; the random
+  policy draws from a generator of its own seeded with S. The same scenario,
+  preset, seed and policy replay the same episode.
+
+scenarios and their presets (--preset, default: default):
+"""
 
 
 def run_episode(name: str, seed: int = 0, preset: str = "default", policy: str = "heuristic"):
     """Play one episode; return a dict of summary figures."""
+    import time
+
+    import numpy as np
+
+    from deszoo.registry import env_module
+
     module = env_module(name)
     env = module.parallel_env(preset=preset)
     rng = np.random.default_rng(seed)
@@ -55,10 +85,26 @@ def run_episode(name: str, seed: int = 0, preset: str = "default", policy: str =
     }
 
 
-def _print_summary(s: dict) -> None:
-    rows = [
-        ("scenario", f"{s['scenario']} (preset {s['preset']}, seed {s['seed']})"),
-        ("policy", s["policy"]),
+_SUMMARY_KEYS = ("scenario", "policy", "env steps", "agent decisions", "simulated time",
+                 "SimPy events", "episode ended by", "total return", "wall time")
+_WIDTH = max(len(k) for k in _SUMMARY_KEYS)
+
+
+def _print_rows(rows: list[tuple[str, object]]) -> None:
+    for key, value in rows:
+        print(f"{key:<{_WIDTH}}  {value}")
+
+
+def _run(args: argparse.Namespace, plan: None = None) -> int:
+    """``deszoo run``: the first lines before the episode (so that a long one shows that it
+    started), the figures after it."""
+    _print_rows([
+        ("scenario", f"{args.name} (preset {args.preset}, seed {args.seed})"),
+        ("policy", args.policy),
+    ])
+    sys.stdout.flush()
+    s = run_episode(args.name, args.seed, args.preset, args.policy)
+    _print_rows([
         ("env steps", s["steps"]),
         ("agent decisions", s["decisions"]),
         ("simulated time", f"{s['sim_time']:.2f}"),
@@ -66,36 +112,90 @@ def _print_summary(s: dict) -> None:
         ("episode ended by", s["ended_by"]),
         ("total return", f"{s['return_total']:.3f}"),
         ("wall time", f"{s['wall_s'] * 1e3:.1f} ms ({s['steps_per_s']:.0f} env-steps/s)"),
-    ]
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        print(f"{key:<{width}}  {value}")
+    ])
     print()
-    print(f"{'agent':<{width}}  return")
+    print(f"{'agent':<{_WIDTH}}  return")
     for agent, ret in s["returns"].items():
-        print(f"{agent:<{width}}  {ret:.3f}")
+        print(f"{agent:<{_WIDTH}}  {ret:.3f}")
+    return 0
+
+
+def _list(args: argparse.Namespace, plan: None = None) -> int:
+    from deszoo.registry import list_envs
+
+    print("\n".join(list_envs()))
+    return 0
+
+
+def _check_run(args: argparse.Namespace) -> None:
+    cliargs.check_preset(args.name, args.preset)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``deszoo`` parser. Each subcommand sets ``_parser`` (itself), ``_check`` (the
+    checks that need more than argparse: they raise :class:`ConfigError` or return a plan)
+    and ``_run`` (called with the arguments and the plan; returns the exit status)."""
+    from deszoo.bench import cli as bench_cli
+
+    parser = cliargs.ArgumentParser(prog="deszoo", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"deszoo {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="play one seeded episode of a scenario's heuristic (or random) policy",
+        description="Play one seeded episode of a scenario and print its figures: env\n"
+        "steps, decisions, simulated time, SimPy events, the return of each agent.",
+        epilog=lambda: RUN_EPILOG_HEAD + cliargs.presets_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("name", type=cliargs.scenario, metavar="NAME",
+                     help="the scenario, e.g. jobshop_v0 (all of them are listed below)")
+    run.add_argument("--preset", default="default", metavar="P",
+                     help="the scenario's preset (default: default; listed below)")
+    run.add_argument("--seed", type=cliargs.seed, default=0, metavar="S",
+                     help=f"episode seed, {cliargs.SEED_HELP} (default 0; see below)")
+    run.add_argument("--policy", choices=["heuristic", "random"], default="heuristic",
+                     help="the scenario's heuristic (default), or uniform random legal actions")
+    run.set_defaults(_parser=run, _check=_check_run, _run=_run)
+
+    lst = sub.add_parser("list", help="list the registered scenarios",
+                         description="Print the registered scenarios, one a line.")
+    lst.set_defaults(_parser=lst, _check=None, _run=_list)
+
+    bench_cli.add_commands(sub)
+    return parser
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else 0
+    args.argv = argv  # the command line, as results record it
+    try:
+        plan = args._check(args) if args._check else None
+    except ConfigError as exc:
+        print(cliargs.error_line(str(exc), args._parser.prog), file=sys.stderr)
+        return 2
+    code = args._run(args, plan)
+    sys.stdout.flush()  # a closed pipe shows here, inside main, not at interpreter exit
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="deszoo", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="play one seeded episode of a scenario's heuristic policy")
-    run.add_argument("name", choices=list_envs(), metavar="NAME", help=", ".join(list_envs()))
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--preset", default="default")
-    run.add_argument("--policy", choices=["heuristic", "random"], default="heuristic")
-    sub.add_parser("list", help="list the registered scenarios")
-    bench_cli.add_commands(sub)
-    args = parser.parse_args(argv)
-    if args.command == "list":
-        print("\n".join(list_envs()))
-    elif args.command == "run":
-        _print_summary(run_episode(args.name, args.seed, args.preset, args.policy))
-    elif args.command == "bench":
-        return bench_cli.run_bench(args, argv)
-    elif args.command == "leaderboard":
-        return bench_cli.run_leaderboard(args)
-    return 0
+    """Run ``deszoo`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("deszoo: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        if not cliargs.stdout_broken():
+            raise
+        cliargs.stdout_is_closed()
+        return EXIT_PIPE
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""``deszoo bench`` and ``deszoo leaderboard``: argument parsing, progress bar, output."""
+"""``deszoo bench`` and ``deszoo leaderboard``: argument parsing, checks, progress, output.
+
+Every argument is checked before any work starts (:func:`check_bench`,
+:func:`check_leaderboard`); a bad one is a :class:`~deszoo.errors.ConfigError`, which
+``deszoo.cli`` prints as one line and exit status 2.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +12,57 @@ import json
 import logging
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from deszoo import _cliargs as cliargs
 from deszoo.errors import ConfigError
 
-__all__ = ["add_commands", "run_bench", "run_leaderboard"]
+if TYPE_CHECKING:
+    from deszoo.bench.runner import Config, Matrix
+
+__all__ = [
+    "DEFAULT_PLOT",
+    "BenchPlan",
+    "add_commands",
+    "check_bench",
+    "check_leaderboard",
+    "run_bench",
+    "run_leaderboard",
+]
+
+log = logging.getLogger("deszoo.bench")
+
+DEFAULT_PLOT = Path("deszoo-bench.png")
+"""Where ``--plot`` without a file name writes."""
+
+BENCH_EPILOG_HEAD = f"""\
+The quick suite (the default) runs jobshop_v0/default (8192 env steps per row) and
+traffic_v0/large (512): under a minute on 2 idle cores, 3 to 5 minutes on 2 busy
+ones. --presets, --steps and --seed change its works; --scenarios replaces them.
+
+seeds:
+  --seed S is {cliargs.SEED_HELP} (default 0). Env i is reset
+  with S + i; the policy's random priorities come from numpy's SeedSequence(S).
+  Another seed is other work (another work hash): the leaderboard takes seed 0.
+
+flags in the table: B fewer free cores than the row's workers, S spread of the
+repeats above 25%, P worker processes differ from workers, X rewards differ
+from serial's. Every column is explained in docs/benchmarks.md.
+
+scenarios and their presets (--scenarios NAME or NAME/PRESET, --presets):
+"""
 
 
-def _ints(text: str) -> list[int]:
+def _fraction(text: str) -> float:
     try:
-        values = [int(x) for x in text.split(",") if x.strip()]
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
-
-
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -35,42 +70,57 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser(
         "bench",
         help="measure sampling speed: serial vs round-robin vs multiprocess backends",
-        description="Measure how fast scenarios sample in every mode. Without matrix "
-        "options it runs the quick matrix (about a minute on 2 cores). See "
-        "docs/benchmarks.md.",
+        description="Measure how fast scenarios sample in every mode and print a table\n"
+        "(compact; --wide for every column). Without options it runs the quick suite.\n"
+        "docs/benchmarks.md explains the method and every figure.",
+        epilog=lambda: BENCH_EPILOG_HEAD + cliargs.presets_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     suite = b.add_mutually_exclusive_group()
     suite.add_argument("--quick", action="store_true",
-                       help="the quick matrix (the default): one light scenario, 8 envs, "
-                       "1 and all cores, every mode but ray")
+                       help="the quick suite (the default): a light and a heavy scenario, "
+                       "8 envs, 1 and all cores, every mode but ray")
     suite.add_argument("--standard", action="store_true",
-                       help="the leaderboard's standard matrix (every scenario; minutes)")
-    suite.add_argument("--autotune", metavar="ENV",
+                       help="the leaderboard's suite (every scenario; several minutes)")
+    suite.add_argument("--autotune", metavar="ENV", type=cliargs.scenario,
                        help="sweep workers x envs per worker for ENV; recommend the fastest")
-    b.add_argument("--scenarios", type=_names, metavar="A,B",
-                   help="scenarios (or 'all'); default: the suite's")
-    b.add_argument("--presets", type=_names, metavar="P,Q", help="presets (default: default)")
-    b.add_argument("--modes", type=_names, metavar="M,N",
-                   help="modes; default every available one (quick and autotune leave out ray)")
-    b.add_argument("--num-envs", type=_ints, metavar="N,M", help="envs per row, e.g. 4,8,16")
-    b.add_argument("--workers", type=_ints, metavar="W,V",
+    b.add_argument("--scenarios", type=cliargs.names, metavar="A,B",
+                   help="scenarios, 'all', or NAME/PRESET entries; default: the suite's")
+    b.add_argument("--presets", type=cliargs.names, metavar="P,Q",
+                   help="presets of the suite's or --scenarios' plain names")
+    b.add_argument("--modes", type=cliargs.names, metavar="M,N",
+                   help="modes; default every available one (quick and autotune leave out "
+                   "ray); --list-modes prints them")
+    b.add_argument("--num-envs", type=cliargs.positive_ints, metavar="N,M",
+                   help="envs per row, e.g. 4,8,16")
+    b.add_argument("--workers", type=cliargs.positive_ints, metavar="W,V",
                    help="worker counts for multiprocess modes")
-    b.add_argument("--envs-per-worker", type=_ints, metavar="E,F",
-                   help="autotune: envs per worker to try (default 1,2,4,8,16)")
-    b.add_argument("--steps", type=int, metavar="N", help="env steps per row (the work)")
-    b.add_argument("--repeats", type=int, metavar="R", help="timed repeats per row (default 3)")
-    b.add_argument("--warmup", type=float, metavar="F",
-                   help="untimed warm-up as a fraction of a row's steps (default 0.1)")
-    b.add_argument("--seed", type=int, help="env and policy seed (default 0)")
+    b.add_argument("--envs-per-worker", type=cliargs.positive_ints, metavar="E,F",
+                   help="with --autotune: envs per worker to try (default 1,2,4,8,16)")
+    b.add_argument("--steps", type=cliargs.positive_int, metavar="N",
+                   help="env steps per row (the work)")
+    b.add_argument("--repeats", type=cliargs.positive_int, metavar="R",
+                   help="timed repeats per row (default 3)")
+    b.add_argument("--warmup", type=_fraction, metavar="F",
+                   help="untimed warm-up as a fraction of a row's steps, in [0, 1] "
+                   "(default 0.1)")
+    b.add_argument("--seed", type=cliargs.seed, metavar="S",
+                   help=f"env and policy seed, {cliargs.SEED_HELP} (default 0; see below)")
     b.add_argument("--no-interleave", action="store_true",
                    help="run rows one after another instead of alternating their repeats")
     b.add_argument("--out", type=Path, metavar="FILE.json", help="write the result here")
-    b.add_argument("--plot", type=Path, metavar="FILE.png", help="write the scaling plot here")
+    b.add_argument("--plot", type=Path, nargs="?", const=DEFAULT_PLOT, metavar="FILE.png",
+                   help=f"write the scaling plot, with error bars (default file: "
+                   f"{DEFAULT_PLOT}; needs matplotlib)")
     b.add_argument("--label", help="a name for this machine, stored in the result")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.add_argument("--wide", action="store_true",
+                   help="every column (agent-steps/s, sim-time/s, events/s, efficiency, "
+                   "memory, ...), not the compact table")
     b.add_argument("--markdown", action="store_true",
-                   help="print the table as GitHub Markdown (for READMEs and issues)")
+                   help="print the table (every column) as GitHub Markdown")
     b.add_argument("--list-modes", action="store_true", help="print the available modes")
+    b.set_defaults(_parser=b, _check=check_bench, _run=run_bench)
 
     lb = sub.add_parser(
         "leaderboard",
@@ -85,12 +135,180 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     help="write nothing; fail if the page is out of date or a file is rejected")
     lb.add_argument("--skip-invalid", action="store_true",
                     help="leave rejected files out instead of failing")
+    lb.set_defaults(_parser=lb, _check=check_leaderboard, _run=run_leaderboard)
 
 
+# ---- checks ----------------------------------------------------------------------------
+@dataclass
+class BenchPlan:
+    """What ``deszoo bench`` will run, once its arguments have passed every check."""
+
+    matrix: Matrix
+    configs: list[Config] | None  # autotune's rows, or None for matrix.configs()
+
+
+def _check_plot(path: Path) -> None:
+    cliargs.check_output_path(path, "--plot")
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise ConfigError("argument --plot: needs matplotlib: pip install 'deszoo[bench]' "
+                          "(or matplotlib)") from None
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.suffix.lstrip(".").lower()
+    if suffix not in formats:
+        raise ConfigError(f"argument --plot: cannot write {str(path)!r}: the file name must "
+                          f"end in one of {', '.join('.' + f for f in sorted(formats))}")
+
+
+def _check_entries(entries: list[str], presets: list[str] | None) -> None:
+    """Every ``--scenarios`` entry names a registered scenario (and a preset of it), and
+    every ``--presets`` preset exists for every plain name it applies to."""
+    from deszoo.registry import list_envs
+
+    for entry in entries:
+        name, _, preset = entry.partition("/")
+        if name not in list_envs():
+            raise ConfigError(f"argument --scenarios: unknown scenario {name!r}; "
+                              f"registered: {', '.join(list_envs())}")
+        for p in [preset] if preset else presets or ["default"]:
+            cliargs.check_preset(name, p, "--scenarios" if preset else "--presets")
+
+
+def _apply_settings(matrix, args: argparse.Namespace) -> None:
+    for attr, value in (("repeats", args.repeats), ("warmup_fraction", args.warmup),
+                        ("seed", args.seed)):
+        if value is not None:
+            setattr(matrix, attr, value)
+    matrix.interleave = not args.no_interleave
+
+
+def _check_modes(matrix, args: argparse.Namespace) -> None:
+    from deszoo.bench.modes import is_in_process
+
+    try:
+        modes = matrix.resolved_modes()
+    except ConfigError as exc:
+        raise ConfigError(f"argument --modes: {exc}") from None
+    if args.workers and all(is_in_process(m) for m in modes):
+        raise ConfigError(f"argument --workers: none of the modes {modes} has workers")
+
+
+def _autotune_plan(args: argparse.Namespace) -> BenchPlan:
+    from deszoo.bench.autotune import (
+        ENVS_PER_WORKER,
+        autotune_configs,
+        autotune_matrix,
+        calibrate_steps,
+    )
+
+    if args.scenarios or args.num_envs:
+        raise ConfigError("--autotune sweeps its own scenario and num_envs; use "
+                          "--workers, --envs-per-worker, --modes and --presets")
+    if args.presets and len(args.presets) > 1:
+        raise ConfigError(f"argument --presets: --autotune takes one preset, got "
+                          f"{','.join(args.presets)}")
+    preset = (args.presets or ["default"])[0]
+    cliargs.check_preset(args.autotune, preset, "--presets")
+    matrix = autotune_matrix(args.autotune, preset=preset, env_steps=args.steps or 1)
+    _apply_settings(matrix, args)
+    if args.modes:
+        matrix.modes = args.modes
+        _check_modes(matrix, args)
+    if args.steps is None:  # work, so after every check
+        matrix.env_steps = calibrate_steps(args.autotune, preset)
+    configs = autotune_configs(matrix, modes=args.modes, workers=args.workers,
+                               envs_per_worker=args.envs_per_worker or ENVS_PER_WORKER)
+    return BenchPlan(matrix, configs)
+
+
+def _matrix_plan(args: argparse.Namespace) -> BenchPlan:
+    from deszoo.bench.runner import available_scenarios, quick_matrix, standard_matrix
+    from deszoo.bench.work import Work
+
+    matrix = standard_matrix() if args.standard else quick_matrix(modes=args.modes)
+    if args.scenarios:
+        entries = available_scenarios() if args.scenarios == ["all"] else args.scenarios
+        if args.presets and all("/" in e for e in entries):
+            raise ConfigError("argument --presets: every --scenarios entry names its own "
+                              "preset (NAME/PRESET), so --presets would change nothing")
+        _check_entries(entries, args.presets)
+        matrix.scenarios, matrix.work_list = entries, None
+        if args.presets:
+            matrix.presets = args.presets
+        if args.steps is not None:
+            matrix.env_steps = args.steps
+    elif matrix.work_list is not None:  # the quick suite: its works, changed by the options
+        if args.presets:
+            _check_entries([w.scenario for w in matrix.work_list], args.presets)
+        matrix.work_list = [
+            Work(w.scenario, p, args.steps or w.env_steps,
+                 w.seed if args.seed is None else args.seed)
+            for w in matrix.work_list for p in (args.presets or [w.preset])
+        ]
+        matrix.scenarios = [w.label for w in matrix.work_list]
+    else:  # the standard suite
+        _check_entries(matrix.scenarios, args.presets)
+        if args.presets:
+            matrix.presets = args.presets
+        if args.steps is not None:
+            matrix.env_steps = args.steps
+    if not matrix.scenarios:
+        raise ConfigError("no scenario to run: none of the registered scenarios imports")
+    if args.num_envs:
+        matrix.num_envs = args.num_envs
+    if args.workers:
+        matrix.num_workers = args.workers
+    if args.modes:
+        matrix.modes = args.modes
+    _apply_settings(matrix, args)
+    matrix.__post_init__()
+    _check_modes(matrix, args)
+    if args.standard and (args.steps is not None or args.seed is not None):
+        log.warning("--steps/--seed change the work: the leaderboard will reject this result")
+    return BenchPlan(matrix, None)
+
+
+def check_bench(args: argparse.Namespace) -> BenchPlan | None:
+    """Check every ``deszoo bench`` argument; the plan to run (None for ``--list-modes``).
+
+    Raises:
+        ConfigError: a bad argument, or a combination that would be ignored.
+    """
+    if args.list_modes:
+        return None
+    if args.out is not None:
+        cliargs.check_output_path(args.out, "--out")
+    if args.plot is not None:
+        _check_plot(args.plot)
+    if args.envs_per_worker and not args.autotune:
+        raise ConfigError("argument --envs-per-worker: only with --autotune")
+    return _autotune_plan(args) if args.autotune else _matrix_plan(args)
+
+
+def check_leaderboard(args: argparse.Namespace) -> None:
+    """Check the ``deszoo leaderboard`` folders before reading anything."""
+    from deszoo.bench.leaderboard import DEFAULT_DIR, DEFAULT_OUT
+
+    args.dir = args.dir or DEFAULT_DIR
+    args.out = args.out or DEFAULT_OUT
+    if not args.dir.is_dir():
+        raise ConfigError(f"argument --dir: no folder {str(args.dir)!r} (run from the "
+                          "repository root or pass --dir)")
+    cliargs.check_output_path(args.out, "--out")
+
+
+# ---- running -----------------------------------------------------------------------------
 def _console():
     from rich.console import Console
 
-    return Console(stderr=False, width=None if sys.stdout.isatty() else 200)
+    class Quiet(Console):
+        def on_broken_pipe(self) -> None:
+            # rich exits with status 1 here; deszoo's main exits quietly with 141.
+            self.quiet = True
+            raise BrokenPipeError
+
+    return Quiet(stderr=False, width=None if sys.stdout.isatty() else 200)
 
 
 def _setup_logging(console) -> None:
@@ -102,133 +320,103 @@ def _setup_logging(console) -> None:
     root.setLevel(logging.WARNING)
 
 
-def _matrix(args: argparse.Namespace):
-    """The matrix (and, for autotune, the rows) that the options ask for."""
-    from deszoo.bench.autotune import autotune_configs, autotune_matrix, calibrate_steps
-    from deszoo.bench.runner import available_scenarios, quick_matrix, standard_matrix
-    from deszoo.registry import env_module, list_envs
-
-    if args.autotune:
-        env_module(args.autotune)  # ConfigError for an unknown name
-        if args.scenarios or args.num_envs:
-            raise ConfigError("--autotune sweeps its own scenario and num_envs; use "
-                              "--workers, --envs-per-worker, --modes and --presets")
-        preset = (args.presets or ["default"])[0]
-        steps = args.steps or calibrate_steps(args.autotune, preset)
-        matrix = autotune_matrix(args.autotune, preset=preset, env_steps=steps)
-    else:
-        matrix = standard_matrix() if args.standard else quick_matrix(modes=args.modes)
-        if any(v is not None for v in (args.scenarios, args.presets, args.steps, args.seed)):
-            matrix.work_list = None  # the quick suite's own works give way to the options
-        if args.scenarios:
-            matrix.scenarios = (available_scenarios() if args.scenarios == ["all"]
-                                else args.scenarios)
-        if args.presets:
-            matrix.presets = args.presets
-        if args.num_envs:
-            matrix.num_envs = args.num_envs
-        if args.workers:
-            matrix.num_workers = args.workers
-        if args.steps is not None:
-            matrix.env_steps = args.steps
-        if args.modes:
-            matrix.modes = args.modes
-    for attr, value in (("repeats", args.repeats), ("warmup_fraction", args.warmup),
-                        ("seed", args.seed)):
-        if value is not None:
-            setattr(matrix, attr, value)
-    matrix.interleave = not args.no_interleave
-    matrix.__post_init__()
-    if not matrix.scenarios:
-        raise ConfigError("no scenario to run: none of the registered scenarios imports")
-    unknown = [s for s in matrix.scenarios if s.partition("/")[0] not in list_envs()]
-    if unknown:
-        raise ConfigError(f"unknown scenario(s) {unknown}; registered: {list_envs()}")
-    if args.standard and (args.steps is not None or args.seed is not None):
-        logging.getLogger("deszoo.bench").warning(
-            "--steps/--seed change the work: the leaderboard will reject this result")
-    if args.autotune:
-        configs = autotune_configs(matrix, modes=args.modes, workers=args.workers,
-                                   envs_per_worker=args.envs_per_worker or (1, 2, 4, 8, 16))
-        return matrix, configs
-    matrix.resolved_modes()  # fail early on an unknown mode
-    return matrix, None
-
-
-def run_bench(args: argparse.Namespace, argv: list[str] | None = None) -> int:
-    """``deszoo bench``: run, print the table, write ``--out`` and ``--plot``."""
+def _progress(console, disable: bool):
+    """The progress bar. Its time left is the units still to do over the units done per
+    second since the start (rich's default, the last 30 s, swings as the rows of a group
+    alternate), shown once 5 % of the units are done (before that it would rest on the
+    set-up of a few rows)."""
     from rich.progress import (
         BarColumn,
-        MofNCompleteColumn,
         Progress,
+        TaskProgressColumn,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+    from rich.text import Text
 
+    class TimeLeft(TimeRemainingColumn):
+        def render(self, task):
+            if task.total and task.completed < 0.05 * task.total:
+                return Text("-:--:--", style="progress.remaining")
+            return super().render(task)
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeLeft(),
+        console=console,
+        transient=True,
+        refresh_per_second=2,  # its thread shares the parent's CPU with the timed loop
+        speed_estimate_period=24 * 3600,
+        disable=disable,
+    )
+
+
+def _print_markdown(console, result: dict) -> None:
+    from deszoo.bench.report import (
+        COLUMNS,
+        caption,
+        free_cores,
+        legend,
+        markdown_table,
+        row_cells,
+        row_flags,
+    )
+
+    free = free_cores(result)
+    text = markdown_table(result["rows"], [*COLUMNS, ("flag", "left")],
+                          lambda row: [*row_cells(row), row_flags(row, free)])
+    console.print(text + "\n\n" + caption(result) + "\n\n" + "\n".join(legend(wide=True)),
+                  highlight=False, markup=False, soft_wrap=True)
+
+
+def run_bench(args: argparse.Namespace, plan: BenchPlan | None) -> int:
+    """``deszoo bench``: run the plan, print the table, write ``--out`` and ``--plot``."""
     from deszoo.bench.autotune import recommend
     from deszoo.bench.modes import all_modes, missing_package
-    from deszoo.bench.report import (
-        caption,
-        failures,
-        markdown_table,
-        plot_scaling,
-        rich_table,
-    )
+    from deszoo.bench.report import failures, load_warnings, plot_scaling, print_report
     from deszoo.bench.runner import run_matrix, total_units
 
     console = _console()
     _setup_logging(console)
-    if args.list_modes:
+    if plan is None:  # --list-modes
         for mode in all_modes():
             missing = missing_package(mode)
             note = f"  (needs {missing}: pip install it to use this mode)" if missing else ""
             console.print(mode + note, highlight=False, markup=False)
         return 0
-    try:
-        matrix, configs = _matrix(args)
-    except ConfigError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        return 2
+    argv = getattr(args, "argv", None)
     command = "deszoo " + shlex.join(sys.argv[1:] if argv is None else argv)
-    total = total_units(matrix, configs)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-        refresh_per_second=2,  # its thread shares the parent's CPU with the timed loop
-        disable=args.no_progress,
-    )
+    progress = _progress(console, args.no_progress)
     with progress:
-        task = progress.add_task("starting", total=total)
+        task = progress.add_task("starting", total=total_units(plan.matrix, plan.configs))
 
-        def tick(advance: int, description: str) -> None:
+        def tick(advance: float, description: str) -> None:
             progress.update(task, advance=advance, description=description)
 
         try:
-            result = run_matrix(matrix, progress=tick, label=args.label, command=command,
-                                configs=configs)
+            result = run_matrix(plan.matrix, progress=tick, label=args.label,
+                                command=command, configs=plan.configs)
         except KeyboardInterrupt:
             progress.stop()
-            console.print("interrupted: no result written", highlight=False)
+            print("deszoo: interrupted; no result written", file=sys.stderr)
             return 130
     if args.markdown:
-        console.print(markdown_table(result["rows"]) + "\n\n" + caption(result),
-                      highlight=False, markup=False, soft_wrap=True)
+        _print_markdown(console, result)
     else:
-        console.print(rich_table(result))
+        print_report(console, result, wide=args.wide)
+    for message in load_warnings(result):  # logged: the log handler prints under the table
+        log.warning(message)
     if args.autotune:
         _print_recommendation(console, recommend(result))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         console.print(f"wrote {args.out}", highlight=False)
     if args.plot:
-        args.plot.parent.mkdir(parents=True, exist_ok=True)
         plot_scaling(result, args.plot)
         console.print(f"wrote {args.plot}", highlight=False)
     failed = failures(result)
@@ -266,32 +454,28 @@ def _print_recommendation(console, rec: dict | None) -> None:
     console.print(f"recommended: {rec['snippet']}", highlight=False)
 
 
-def run_leaderboard(args: argparse.Namespace) -> int:
+def run_leaderboard(args: argparse.Namespace, plan: None = None) -> int:
     """``deszoo leaderboard``: validate, rank, write (or ``--check``) the page."""
-    from deszoo.bench.leaderboard import DEFAULT_DIR, DEFAULT_OUT, load, render
+    from deszoo.bench.leaderboard import load, render
 
-    directory = args.dir or DEFAULT_DIR
-    out = args.out or DEFAULT_OUT
-    if not directory.is_dir():
-        print(f"error: no folder {directory} (run from the repository root or pass --dir)",
-              file=sys.stderr)
-        return 2
-    entries, rejected = load(directory)
+    out = args.out
+    entries, rejected = load(args.dir)
     for r in rejected:
         print(r.message(), file=sys.stderr)
     if rejected and not args.skip_invalid:
-        print(f"error: {len(rejected)} of {len(entries) + len(rejected)} file(s) rejected; "
-              f"{out} not written (--skip-invalid leaves them out)", file=sys.stderr)
+        print(f"deszoo: error: {len(rejected)} of {len(entries) + len(rejected)} file(s) "
+              f"rejected; {out} not written (--skip-invalid leaves them out)",
+              file=sys.stderr)
         return 1
     text = render(entries)
     if args.check:
         current = out.read_text() if out.exists() else ""
         if current != text:
-            print(f"error: {out} is out of date; run `deszoo leaderboard`", file=sys.stderr)
+            print(f"deszoo: error: {out} is out of date; run `deszoo leaderboard`",
+                  file=sys.stderr)
             return 1
         print(f"{out} is up to date ({len(entries)} entries)")
         return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"wrote {out}: {len(entries)} entries"
           + (f", {len(rejected)} rejected and left out" if rejected else ""))

@@ -54,8 +54,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[int, str], None]
-"""``progress(advance, description)``: called as units of work finish."""
+Progress = Callable[[float, str], None]
+"""``progress(advance, description)``: called as units of work finish (see
+:func:`total_units`)."""
+
+SETUP_UNITS = 0.1
+"""Progress units for building a row's envs or starting its workers, in timed repeats: on 2
+cores it takes from nothing (serial) to about a third of a repeat (starting workers for a
+heavy scenario); about 0.1 on average over the quick suite."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +170,8 @@ a heavy one (about 1.5 ms and 500 events per step), each about 0.5 to 1 s of ser
 
 
 def quick_matrix(modes: list[str] | None = None) -> Matrix:
-    """``deszoo bench``'s default: about a minute on 2 cores, every kind of mode.
+    """``deszoo bench``'s default, every kind of mode: under a minute on 2 idle cores, 3 to 5
+    minutes on 2 busy ones (see docs/benchmarks.md).
 
     The :data:`QUICK_WORKS` that are registered (or else the first scenario), 8 envs, 1 and
     all usable cores as workers, every available mode except ``ray`` (whose start-up alone
@@ -259,10 +266,20 @@ def run_matrix(
     return check(result)
 
 
-def total_units(matrix: Matrix, configs: list[Config] | None = None) -> int:
-    """Progress units of a run: per row, one for set-up and warm-up, one per repeat."""
+def open_units(matrix: Matrix) -> float:
+    """Progress units of a row's set-up and warm-up: :data:`SETUP_UNITS` and the warm-up's
+    share of a repeat."""
+    return SETUP_UNITS + matrix.warmup_fraction
+
+
+def total_units(matrix: Matrix, configs: list[Config] | None = None) -> float:
+    """Progress units of a run, in timed repeats: per row :func:`open_units` and one per
+    repeat. Repeats of different rows differ in length (modes, scenarios), but every group
+    of rows alternates the same way, so units done per second, averaged over the run so
+    far, estimate the time left; counting set-up and warm-up as a whole repeat made that
+    estimate far too short while the rows were being opened."""
     configs = matrix.configs() if configs is None else configs
-    return len(configs) * (1 + matrix.repeats)
+    return len(configs) * (open_units(matrix) + matrix.repeats)
 
 
 def _new_row(config: Config, matrix: Matrix) -> dict[str, Any]:
@@ -302,7 +319,7 @@ class _Slot:
         self.session = None
         self.stats: list[RunStats] = []
         self.pids: list[int] = []
-        self.units = 0  # progress units reported so far
+        self.units = 0.0  # progress units reported so far
 
     @property
     def ok(self) -> bool:
@@ -314,8 +331,9 @@ class _Slot:
         self.row.update(status="error", error=f"{type(exc).__name__}: {exc}")
         self.stats = []
         self.close()
-        tick(1 + matrix.repeats - self.units, f"{label}: failed")
-        self.units = 1 + matrix.repeats
+        total = open_units(matrix) + matrix.repeats
+        tick(total - self.units, f"{label}: failed")
+        self.units = total
 
     def close(self) -> None:
         if self.session is not None:
@@ -344,8 +362,8 @@ def _open(slot: _Slot, matrix: Matrix, tick: Progress, open_session: Callable) -
         session.reset()
     slot.row["warmup_steps"] = warm
     slot.pids = [p for p in session.worker_pids() if p not in before]
-    slot.units = 1
-    tick(1, f"{config.label}: warmed up")
+    slot.units = open_units(matrix)
+    tick(slot.units, f"{config.label}: warmed up")
 
 
 def _repeat(slot: _Slot, r: int, matrix: Matrix, tick: Progress) -> None:

@@ -1,0 +1,179 @@
+"""Argument parsing shared by the command-line modules (``deszoo.cli``, ``deszoo.bench.cli``).
+
+One-line usage errors (``deszoo: error: ...``, exit status 2), argument types (seeds, counts,
+scenarios) and the presets of each scenario, for checks and for ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from deszoo.errors import ConfigError
+
+__all__ = [
+    "SEED_MAX",
+    "SEED_HELP",
+    "ArgumentParser",
+    "check_output_path",
+    "check_preset",
+    "error_line",
+    "names",
+    "positive_int",
+    "positive_ints",
+    "presets_table",
+    "scenario",
+    "scenario_presets",
+    "seed",
+    "stdout_broken",
+    "stdout_is_closed",
+]
+
+SEED_MAX = 2**32 - 1
+"""Largest seed the command line takes. numpy's ``SeedSequence`` takes any non-negative
+integer; the CLI keeps to 32 bits, the range that other RL tooling accepts too."""
+
+SEED_HELP = f"an integer in 0..{SEED_MAX}"
+
+
+def error_line(message: str, command: str = "deszoo") -> str:
+    """The one line a usage error prints: ``deszoo: error: ...`` and where help is."""
+    return f"deszoo: error: {message} (see '{command} --help')"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse`` with a one-line error (no usage block) and exit status 2.
+
+    Subparsers made with ``add_subparsers().add_parser`` are of this class too.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, error_line(message, self.prog) + "\n")
+
+    def format_help(self) -> str:
+        if callable(self.epilog):  # computed when asked for: it may import every scenario
+            self.epilog = self.epilog()
+        return super().format_help()
+
+
+def seed(text: str) -> int:
+    """An argparse type: a seed in ``0..SEED_MAX``."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"expected {SEED_HELP}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_ints(text: str) -> list[int]:
+    """An argparse type: comma-separated positive integers, e.g. ``4,8,16``."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers, got {text!r}"
+        )
+    return values
+
+
+def names(text: str) -> list[str]:
+    """An argparse type: comma-separated names."""
+    values = [x.strip() for x in text.split(",") if x.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return values
+
+
+def scenario(text: str) -> str:
+    """An argparse type: a registered scenario name."""
+    from deszoo.registry import list_envs
+
+    if text not in list_envs():
+        raise argparse.ArgumentTypeError(
+            f"unknown scenario {text!r}; registered: {', '.join(list_envs())}"
+        )
+    return text
+
+
+def scenario_presets(name: str) -> list[str] | None:
+    """The presets of scenario ``name``, or ``None`` if its module does not say."""
+    from deszoo.registry import env_module
+
+    presets = getattr(env_module(name).parallel_env, "presets", None)
+    return list(presets) if presets else None
+
+
+def check_preset(name: str, preset: str, option: str = "--preset") -> None:
+    """Raise :class:`ConfigError` unless ``preset`` is one of scenario ``name``'s presets."""
+    presets = scenario_presets(name)
+    if presets is not None and preset not in presets:
+        raise ConfigError(
+            f"argument {option}: unknown preset {preset!r} for {name}; "
+            f"valid: {', '.join(presets)}"
+        )
+
+
+def presets_table() -> str:
+    """One line per scenario with its presets, for ``--help``."""
+    from deszoo.registry import list_envs
+
+    lines = []
+    width = max(len(n) for n in list_envs())
+    for name in list_envs():
+        try:
+            presets = ", ".join(scenario_presets(name) or ["default"])
+        except Exception as exc:  # a scenario being written elsewhere may not import yet
+            presets = f"(does not import: {type(exc).__name__})"
+        lines.append(f"  {name:<{width}}  {presets}")
+    return "\n".join(lines)
+
+
+def check_output_path(path: Path, option: str) -> None:
+    """Raise :class:`ConfigError` unless ``path`` can be written: its folder exists, and it
+    is not a folder itself."""
+    if path.is_dir():
+        raise ConfigError(f"argument {option}: {str(path)!r} is a folder; give a file name")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError(f"argument {option}: folder {str(folder)!r} does not exist")
+
+
+def stdout_broken() -> bool:
+    """Whether stdout is a pipe whose reader has gone (``deszoo run ... | head``)."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no real file descriptor
+        return False
+
+
+def stdout_is_closed() -> None:
+    """After a ``BrokenPipeError`` on stdout: point stdout at ``/dev/null`` so that the
+    interpreter's last flush does not fail again (as the Python docs recommend)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (tests capture stdout)
+        pass

@@ -1,0 +1,202 @@
+"""Tests of the command line (deszoo.cli): errors, exit statuses, help, Ctrl-C, closed pipes.
+
+The benchmark's own output is tested in test_bench.py.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import deszoo
+from deszoo.cli import EXIT_INTERRUPTED, EXIT_PIPE, main
+from deszoo.registry import list_envs
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "deszoo.cli"]
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if a command starts any work (an episode, a benchmark, a probe)."""
+    import deszoo.bench.autotune
+    import deszoo.bench.runner
+    import deszoo.cli
+
+    def started(*args, **kwargs):
+        raise AssertionError("work started before the arguments were checked")
+
+    monkeypatch.setattr(deszoo.cli, "run_episode", started)
+    monkeypatch.setattr(deszoo.bench.runner, "run_matrix", started)
+    monkeypatch.setattr(deszoo.bench.autotune, "calibrate_steps", started)
+
+
+BAD = [
+    (["nosuch"], "invalid choice: 'nosuch'"),
+    ([], "required: COMMAND"),
+    (["run"], "required: NAME"),
+    (["run", "nosuch_v0"], "unknown scenario 'nosuch_v0'; registered: elevator_v0,"),
+    (["run", "jobshop_v0", "--preset", "huge"],
+     "unknown preset 'huge' for jobshop_v0; valid: small, default, large"),
+    (["run", "jobshop_v0", "--policy", "smart"], "argument --policy: invalid choice"),
+    (["run", "jobshop_v0", "--seed", "-1"], "--seed: expected an integer in 0..4294967295"),
+    (["run", "jobshop_v0", "--seed", "1.5"], "got '1.5'"),
+    (["run", "jobshop_v0", "--seed", "a"], "got 'a'"),
+    (["run", "jobshop_v0", "--seed", str(2**32)], "got '4294967296'"),
+    (["bench", "--presets", "huge"], "--presets: unknown preset 'huge' for jobshop_v0"),
+    (["bench", "--scenarios", "nosuch_v0"], "--scenarios: unknown scenario 'nosuch_v0'"),
+    (["bench", "--scenarios", "jobshop_v0/huge"], "--scenarios: unknown preset 'huge'"),
+    (["bench", "--scenarios", "jobshop_v0/small", "--presets", "large"],
+     "--presets would change nothing"),
+    (["bench", "--modes", "serial,warp"], "--modes: unknown mode(s) ['warp']"),
+    (["bench", "--modes", "serial", "--workers", "2"], "none of the modes ['serial'] has"),
+    (["bench", "--steps", "0"], "--steps: expected a positive integer, got '0'"),
+    (["bench", "--steps", "-5"], "got '-5'"),
+    (["bench", "--repeats", "0"], "--repeats: expected a positive integer"),
+    (["bench", "--num-envs", "0,4"], "--num-envs: expected comma-separated positive"),
+    (["bench", "--workers", "x"], "--workers: expected comma-separated positive"),
+    (["bench", "--warmup", "1.5"], "--warmup: expected a number in [0, 1]"),
+    (["bench", "--seed", "-1"], "--seed: expected an integer in 0..4294967295"),
+    (["bench", "--seed", "1.5"], "--seed: expected an integer in 0..4294967295"),
+    (["bench", "--plot", "no/such/folder/p.png"], "--plot: folder 'no/such/folder'"),
+    (["bench", "--plot", "p.nosuchformat"], "--plot: cannot write 'p.nosuchformat'"),
+    (["bench", "--out", "no/such/folder/r.json"], "--out: folder 'no/such/folder'"),
+    (["bench", "--envs-per-worker", "2"], "--envs-per-worker: only with --autotune"),
+    (["bench", "--quick", "--standard"], "not allowed with argument"),
+    (["bench", "--autotune", "nosuch_v0"], "--autotune: unknown scenario"),
+    (["bench", "--autotune", "jobshop_v0", "--presets", "huge"], "unknown preset 'huge'"),
+    (["bench", "--autotune", "jobshop_v0", "--num-envs", "4"], "sweeps its own"),
+    (["bench", "--autotune", "jobshop_v0", "--modes", "warp"], "--modes: unknown mode"),
+    (["leaderboard", "--dir", "no/such/folder"], "--dir: no folder 'no/such/folder'"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_argument_is_one_line_and_exit_2(argv, message, capsys, no_work):
+    """Every bad argument: exit status 2, one line on stderr, nothing run, nothing printed."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("deszoo: error: ") and err.count("\n") == 1, err
+    assert message in err
+    assert "--help')" in err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"deszoo {deszoo.__version__}\n"
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["list"], ["bench"], ["leaderboard"]])
+def test_help_is_plain_text(command, capsys):
+    """--help exits 0 and shows no reStructuredText markup."""
+    assert main([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "``" not in out and ":func:" not in out
+
+
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_help_lists_presets_and_seeds(command, capsys):
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    for name in list_envs():
+        assert any(line.split() == [name, "small,", "default,", "large"]
+                   for line in out.splitlines()), name
+    assert "0..4294967295" in out and "seeds:" in out
+
+
+def test_run_prints_the_episode(capsys):
+    """`deszoo run` plays a seeded episode: the same seed gives the same figures."""
+    argv = ["run", "jobshop_v0", "--preset", "small", "--seed", str(2**32 - 1)]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert first.startswith("scenario          jobshop_v0 (preset small, seed 4294967295)")
+    assert main(argv) == 0
+    again = capsys.readouterr().out
+    drop = ("wall time",)
+    assert ([line for line in first.splitlines() if not line.startswith(drop)]
+            == [line for line in again.splitlines() if not line.startswith(drop)])
+
+
+def test_list(capsys):
+    assert main(["list"]) == 0
+    assert capsys.readouterr().out.split() == list_envs()
+
+
+def plan(argv: list[str]):
+    """The plan that `deszoo bench` would run, without running it."""
+    from deszoo.bench.cli import check_bench
+    from deszoo.cli import build_parser
+
+    return check_bench(build_parser().parse_args(["bench", *argv]))
+
+
+def test_bench_options_change_the_quick_works():
+    """--presets, --steps and --seed apply to the quick suite's works (not ignored)."""
+    works = plan([]).matrix.works()
+    assert [(w.label, w.env_steps, w.seed) for w in works] == [
+        ("jobshop_v0/default", 8192, 0), ("traffic_v0/large", 512, 0)]
+    works = plan(["--presets", "small,large"]).matrix.works()
+    assert [(w.label, w.env_steps) for w in works] == [
+        ("jobshop_v0/small", 8192), ("jobshop_v0/large", 8192),
+        ("traffic_v0/small", 512), ("traffic_v0/large", 512)]
+    works = plan(["--steps", "100", "--seed", "7"]).matrix.works()
+    assert {(w.env_steps, w.seed) for w in works} == {(100, 7)}
+    works = plan(["--scenarios", "elevator_v0,warehouse_v0/small", "--presets", "large"])
+    assert [w.label for w in works.matrix.works()] == [
+        "elevator_v0/large", "warehouse_v0/small"]
+
+
+# ---- Ctrl-C and closed pipes: in a real process -----------------------------------------
+def test_closed_pipe_ends_quietly():
+    """stdout closed before `deszoo run` writes: exit 141 (128 + SIGPIPE), nothing on
+    stderr (no BrokenPipeError traceback, no 'Exception ignored')."""
+    proc = subprocess.Popen([*CLI, "run", "jobshop_v0", "--preset", "small"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader goes away before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == EXIT_PIPE
+    assert err == ""
+
+
+def test_closed_pipe_ends_bench_quietly():
+    """The same for `deszoo bench`, whose output goes through rich (which would exit 1)."""
+    proc = subprocess.Popen([*CLI, "bench", "--list-modes"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == EXIT_PIPE
+    assert err == ""
+
+
+def test_piped_into_head():
+    """`python -m deszoo.cli run ... | head -1`: head's one line, no traceback, whether the
+    pipe closed before or after deszoo's last write."""
+    run = subprocess.Popen([*CLI, "run", "jobshop_v0", "--preset", "small"], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    head = subprocess.run(["head", "-1"], stdin=run.stdout, capture_output=True, text=True,
+                          timeout=120)
+    run.stdout.close()
+    err = run.stderr.read()
+    assert run.wait(timeout=120) in (0, EXIT_PIPE)
+    assert head.stdout.startswith("scenario ") and head.stdout.count("\n") == 1
+    assert "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_ctrl_c_during_run():
+    """SIGINT to a running episode: exit 130 and one line, no traceback."""
+    proc = subprocess.Popen([*CLI, "run", "ridehail_v0", "--preset", "large"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()  # printed as the episode starts (seconds long)
+        assert first.startswith("scenario "), first + proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_INTERRUPTED
+    assert err == "deszoo: interrupted\n"
