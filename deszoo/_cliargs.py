@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from deszoo.core.config import MAX_SEED
 from deszoo.errors import ConfigError
 
 __all__ = [
@@ -31,9 +32,8 @@ __all__ = [
     "stdout_is_closed",
 ]
 
-SEED_MAX = 2**32 - 1
-"""Largest seed the command line takes. numpy's ``SeedSequence`` takes any non-negative
-integer; the CLI keeps to 32 bits, the range that other RL tooling accepts too."""
+SEED_MAX = MAX_SEED
+"""Largest seed (the same bound as the Python API's, ``deszoo.core.config.MAX_SEED``)."""
 
 SEED_HELP = f"an integer in 0..{SEED_MAX}"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from deszoo import __version__
 from deszoo import _cliargs as cliargs
@@ -117,6 +118,12 @@ def _run(args: argparse.Namespace, plan: None = None) -> int:
     print(f"{'agent':<{_WIDTH}}  return")
     for agent, ret in s["returns"].items():
         print(f"{agent:<{_WIDTH}}  {ret:.3f}")
+    if args.plot is not None:
+        from deszoo.plots import plot_episode
+
+        # The same seeded episode again, recorded step by step for the chart.
+        path = plot_episode(args.name, args.plot, args.preset, args.seed, args.policy)
+        print(f"\nchart of the episode: {path}")
     return 0
 
 
@@ -129,6 +136,14 @@ def _list(args: argparse.Namespace, plan: None = None) -> int:
 
 def _check_run(args: argparse.Namespace) -> None:
     cliargs.check_preset(args.name, args.preset)
+    if args.plot is not None:
+        cliargs.check_output_path(args.plot, "--plot")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                "argument --plot: drawing needs matplotlib: pip install 'deszoo[render]'"
+            ) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"episode seed, {cliargs.SEED_HELP} (default 0; see below)")
     run.add_argument("--policy", choices=["heuristic", "random"], default="heuristic",
                      help="the scenario's heuristic (default), or uniform random legal actions")
+    run.add_argument("--plot", type=Path, nargs="?", const=Path("deszoo-episode.png"),
+                     default=None, metavar="FILE",
+                     help="also draw the episode as a chart (a Gantt chart for the job shop, "
+                     "queues and waits over time, ...) into FILE (default "
+                     "deszoo-episode.png)")
     run.set_defaults(_parser=run, _check=_check_run, _run=_run)
 
     lst = sub.add_parser("list", help="list the registered scenarios",

@@ -200,3 +200,10 @@ def test_ctrl_c_during_run():
         proc.kill()
     assert proc.returncode == EXIT_INTERRUPTED
     assert err == "deszoo: interrupted\n"
+
+
+def test_run_plot_draws_the_episode(tmp_path, capsys):
+    out = tmp_path / "episode.png"
+    assert main(["run", "loadbalance_v0", "--preset", "small", "--plot", str(out)]) == 0
+    assert out.stat().st_size > 10_000
+    assert "chart of the episode" in capsys.readouterr().out

@@ -455,7 +455,7 @@ def test_make_vec_rejects_bad_arguments():
     with pytest.raises(ConfigError, match="timeout"):
         make_vec("jobshop_v0", 2, backend="roundrobin", timeout=0)
     for bad in (-1, 1.5, "a", True):
-        with pytest.raises(ConfigError, match=r"int in \[0, 2\*\*64 - 1\]"):
+        with pytest.raises(ConfigError, match=r"int in \[0, 2\*\*32 - 1\]"):
             make_vec("jobshop_v0", 2, backend="roundrobin", seed=bad)
     with pytest.raises(ConfigError, match="batch_size"):
         make_vec("jobshop_v0", 4, backend="shm", num_workers=2, batch_size=3)
@@ -595,5 +595,18 @@ def test_disabled_autoreset_needs_a_masked_reset(backend):
             vec.step(legal_last(infos["action_mask"]))
         _, infos = vec.reset(options={"reset_mask": np.repeat(ended, 3)})
         vec.step(legal_last(infos["action_mask"]))
+    finally:
+        vec.close()
+
+
+def test_large_values_through_set_and_get_attr(backend):
+    """Values larger than a pipe's buffer go both ways (a deadlock once in shm)."""
+    vec = vec_of(toy(), 2, backend, seed=0)
+    try:
+        vec.reset()
+        blob = np.arange(300_000, dtype=np.float64)  # 2.4 MB
+        vec.set_attr("blob", blob)
+        got = vec.get_attr("blob")
+        assert len(got) == 2 and all(np.array_equal(g, blob) for g in got)
     finally:
         vec.close()

@@ -20,9 +20,9 @@ __all__ = [
     "check_pair",
 ]
 
-# Seeds are ints in [0, MAX_SEED] (numpy's SeedSequence takes any, bounded for clarity at
-# the 64-bit range, which restart seeds use).
-MAX_SEED = 2**64 - 1
+# Seeds are ints in [0, MAX_SEED]: numpy's SeedSequence takes any, but one bound everywhere
+# (API, vector envs, command line; 32 bits, as other RL tooling takes) is easier to state.
+MAX_SEED = 2**32 - 1
 
 
 def is_int(value: Any) -> bool:
@@ -43,7 +43,7 @@ def check_seed(seed: Any, what: str = "seed") -> None:
         return
     if not is_int(seed) or not 0 <= seed <= MAX_SEED:
         raise ConfigError(
-            f"{what}: seed={seed!r} must be None or an int in [0, 2**64 - 1]"
+            f"{what}: seed={seed!r} must be None or an int in [0, 2**32 - 1]"
             + (" (a float is not truncated)" if isinstance(seed, float) else "")
         )
 

@@ -168,7 +168,7 @@ def restart_seed(seed: int | None, restarts: int) -> int | None:
     if seed is None:
         return None
     state = np.random.SeedSequence([int(seed) & (2**64 - 1), 0x5EED, restarts])
-    return int(state.generate_state(1, np.uint64)[0])
+    return int(state.generate_state(1, np.uint32)[0])
 
 
 class EnvGroup:

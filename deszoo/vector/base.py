@@ -908,6 +908,9 @@ class DeszooVecEnv(VectorEnv):
         """Release workers and memory; safe to call any number of times."""
         if self.closed:
             return
+        if "_workers" not in self.__dict__:  # __init__ failed early (Gymnasium may still call)
+            self.closed = True
+            return
         try:
             self.close_extras(**kwargs)
             self._shutdown()

@@ -326,7 +326,9 @@ class RayVecEnv(DeszooVecEnv):
         w.handle = None
 
     def _shutdown(self) -> None:
-        self._finalizer()
+        finalizer = getattr(self, "_finalizer", None)  # absent if __init__ failed early
+        if finalizer is not None:
+            finalizer()
 
     def describe(self, w: Worker) -> str:
         a: _Actor | None = w.handle

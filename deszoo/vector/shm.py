@@ -85,8 +85,10 @@ def _worker_main(
     except Exception as exc:
         import traceback
 
-        msgs.send(f"{type(exc).__name__}: {exc}\nworker traceback:\n{traceback.format_exc()}")
+        # The answer first, then the data: the parent reads the data only once it has the
+        # answer, and a message larger than the pipe's buffer would block until then.
         answer(BOOT_FAILED)
+        msgs.send(f"{type(exc).__name__}: {exc}\nworker traceback:\n{traceback.format_exc()}")
         return
     ctl = np.frombuffer(control, dtype=np.int64).reshape(num_workers, 2)[index]
     answer(BOOTED)
@@ -123,8 +125,8 @@ def _worker_main(
                     break
             failures, value = group.run(command, payload)
         if failures or value is not None:
+            answer(OK_DATA)  # before the data, as above
             msgs.send((seq, failures, value))
-            answer(OK_DATA)
         else:
             answer(OK)
 
@@ -288,16 +290,17 @@ class ShmVecEnv(DeszooVecEnv):
             self._early[w.index] = Reply(w.index, "died", detail=self._exit_detail(p))
             return
         p.seq += 1
-        if command in PAYLOAD:
-            try:
-                p.msgs.send((p.seq, payload))
-            except OSError:  # it is gone (its sentinel tells how): no command reaches it
-                p.proc.join(1.0)
-                self._early[w.index] = Reply(w.index, "died", detail=self._exit_detail(p))
-                return
         self._ctl[w.index, 1] = STEP_SAME if command == "step" and payload else CODES[command]
         self._ctl[w.index, 0] = p.seq
         self._ring(p)
+        if command in PAYLOAD:
+            # After the doorbell: the worker reads the arguments once it is woken, and an
+            # argument larger than the pipe's buffer would block the parent until then.
+            try:
+                p.msgs.send((p.seq, payload))
+            except OSError:  # it is gone (its sentinel tells how)
+                p.proc.join(1.0)
+                self._early[w.index] = Reply(w.index, "died", detail=self._exit_detail(p))
 
     def _ring(self, p: _Proc) -> None:
         try:
@@ -370,18 +373,22 @@ class ShmVecEnv(DeszooVecEnv):
             p: _Proc = w.handle
             if generation != w.generation or p is None:
                 continue  # from a worker that was replaced
-            if status == BOOTED:
-                out.append(Reply(index, "booted"))
-            elif status == BOOT_FAILED:
-                out.append(Reply(index, "boot_failed", detail=p.msgs.recv()))
-            elif seq != p.seq:
-                if status == OK_DATA:
-                    p.msgs.recv()  # the answer to a command given up on
-            elif status == OK:
-                out.append(Reply(index, "ok"))
-            else:
-                tag, failures, value = p.msgs.recv()
-                out.append(Reply(index, "ok", failures, value))
+            try:
+                if status == BOOTED:
+                    out.append(Reply(index, "booted"))
+                elif status == BOOT_FAILED:
+                    out.append(Reply(index, "boot_failed", detail=p.msgs.recv()))
+                elif seq != p.seq:
+                    if status == OK_DATA:
+                        p.msgs.recv()  # the answer to a command given up on
+                elif status == OK:
+                    out.append(Reply(index, "ok"))
+                else:
+                    tag, failures, value = p.msgs.recv()
+                    out.append(Reply(index, "ok", failures, value))
+            except (EOFError, OSError):  # it died between its answer and its data
+                p.proc.join(1.0)
+                out.append(Reply(index, "died", detail=self._exit_detail(p)))
         return out
 
     @staticmethod
@@ -402,7 +409,9 @@ class ShmVecEnv(DeszooVecEnv):
         w.handle = None
 
     def _shutdown(self) -> None:
-        self._finalizer()
+        finalizer = getattr(self, "_finalizer", None)  # absent if __init__ failed early
+        if finalizer is not None:
+            finalizer()
 
     def describe(self, w: Worker) -> str:
         where = w.handle.describe() if w.handle is not None else "not running"

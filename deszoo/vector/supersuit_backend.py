@@ -466,7 +466,9 @@ class SuperSuitVecEnv(DeszooVecEnv):
         if self._in_process:
             for w in self._workers:
                 self._kill(w)
-        self._finalizer()
+        finalizer = getattr(self, "_finalizer", None)  # absent if __init__ failed early
+        if finalizer is not None:
+            finalizer()
 
     def describe(self, w: Worker) -> str:
         where = ""
