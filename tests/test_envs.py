@@ -406,8 +406,9 @@ def test_render_ansi(name):
 
 @pytest.mark.parametrize("name", ENVS)
 def test_every_parameter_rejects_a_value_of_the_wrong_type(name):
-    defaults = deszoo.env_module(name).parallel_env.defaults
-    for key, value in defaults.items():
+    params = deszoo.env_module(name).parallel_env.all_params()
+    for key, param in params.items():
+        value = param.default
         if value is None or isinstance(value, str):
             continue
         with pytest.raises(ConfigError, match=key):

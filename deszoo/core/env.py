@@ -1,29 +1,38 @@
 """The SimPy-to-PettingZoo bridge.
 
-A scenario subclasses :class:`SimPyParallelEnv`, writes its model as SimPy processes
-and asks for an agent's decision by yielding the event the bridge hands out::
+A scenario subclasses :class:`SimPyParallelEnv`. Its model is plain SimPy (processes,
+resources, no RL concepts); where an agent must decide, the model waits on an event that
+the adapter hands out, and gets a *domain value* back (a job, a pool, a quantity), never
+an action index::
 
-    action = yield self.decide(i, mask)
+    job = yield self.decide(i, mask, values=[None] + queue)   # action k -> values[k]
 
-``step(actions)`` gives every pending decision its action and runs the simulation until
-at least one agent waits for a decision again (all events at that instant are processed
-first, so agents that decide at the same simulated time decide in the same step), or
-until the episode ends.
+``step(actions)`` gives every pending decision its value and runs the simulation until at
+least one agent waits for a decision again (all events at that instant are processed first,
+so agents that decide at the same simulated time decide in the same step), or until the
+episode ends. Decisions that come at a fixed interval use :meth:`SimPyParallelEnv.every`.
 
 Semantics shared by every scenario:
 
 =====================  =====================================================================
-Actions                ``Discrete(n_actions)``. Action ``0`` is the no-op.
-Agents not deciding    Live agents that are not at a decision point have the mask
-                       ``[1, 0, ..., 0]`` (only the no-op) and ``needs_action`` False. They
-                       may be left out of the action dict or sent ``0``.
-Observations           Flat ``Box(float32)``, the same space for every agent.
+Agents                 One or more groups (:class:`~deszoo.core.groups.Group`): per-agent
+                       observation ``Box`` and ``Discrete``, ``MultiDiscrete`` or ``Box``
+                       actions (one action type per env)
+Actions                ``Discrete``: action ``0`` is the no-op; ``MultiDiscrete``: all zeros;
+                       ``Box``: an agent not deciding has its action ignored
+Agents not deciding    Live agents that are not at a decision point have the no-op mask
+                       and ``needs_action`` False; their actions are ignored.
+Observations           Flat ``Box(float32)`` per group; ``mask_in_obs=True`` gives
+                       PettingZoo's ``{"observation", "action_mask"}`` dicts instead
 Rewards                Accumulated over the simulated interval between two steps.
-``infos[agent]``       ``sim_time`` (clock after the step), ``needs_action`` (bool) and
-                       ``action_mask`` (``int8``, shape ``(n_actions,)``).
+``infos[agent]``       ``sim_time`` (clock after the step), ``needs_action`` (bool),
+                       ``action_mask`` (``int8``), ``invalid_action`` (bool) and
+                       ``invalid_count`` (int, this episode): the same keys every step
 Termination            When the model ends the episode, or the event queue runs dry.
 Truncation             ``max_time`` (simulated) or ``max_steps`` (env steps) reached.
-Leaving agents         ``self.remove_agent(i)`` terminates one agent; it leaves ``agents``.
+Leaving agents         ``self.remove_agent(i)`` terminates one agent; it leaves ``agents``
+                       (with ``black_death=True`` it stays listed, observing zeros, until
+                       the episode ends).
 Final observations     An agent's last step returns its real final observation; after
                        that (in the arrays) a departed agent's row is zeros with the
                        no-op mask.
@@ -47,15 +56,17 @@ Invalid actions (``invalid_action``, see ``docs/bridge.md``):
   ignored. So every decision is taken and the clock always moves, whatever the policy
   sends, and a policy that ignores the mask does no better than the random masked policy.
 * ``"raise"``: strict, for debugging: a masked-out action raises ``MaskedActionError``
-  (also a non-zero action of an agent that is not deciding), a missing one
+  (also a non-no-op action of an agent that is not deciding), a missing one
   ``MissingActionError``, an action for an agent that has left ``UnknownAgentError``.
 
-Actions outside the action space always raise ``InvalidActionError``.
+Actions outside the action space always raise ``InvalidActionError`` (``Box`` actions are
+never clipped).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -63,7 +74,9 @@ import simpy
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from deszoo.core.config import check_seed, is_int, is_number
+from deszoo.core.config import check_seed
+from deszoo.core.groups import AgentRows, Group
+from deszoo.core.params import COMMON, Config, Param, check_all
 from deszoo.errors import (
     ConfigError,
     InvalidActionError,
@@ -73,18 +86,11 @@ from deszoo.errors import (
     UnknownAgentError,
 )
 
-__all__ = ["SimPyParallelEnv", "NOOP"]
+__all__ = ["SimPyParallelEnv", "NOOP", "COMMON_PARAMS"]
 
 NOOP = 0
 
-COMMON_DEFAULTS: dict[str, Any] = {
-    "max_steps": None,
-    "max_time": None,
-    "invalid_action": "random",
-    "invalid_penalty": 0.0,
-    "black_death": False,
-}
-INVALID_MODES = ("random", "raise")
+COMMON_PARAMS = COMMON  # the bridge's parameters (see deszoo.core.params)
 
 
 def _rebuild(cls: type, kwargs: dict[str, Any]) -> SimPyParallelEnv:
@@ -109,13 +115,18 @@ def _max_cycles_alias(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
 class SimPyParallelEnv(ParallelEnv):
     """Base class: a SimPy model as a PettingZoo ``ParallelEnv``.
 
-    Subclasses set ``metadata["name"]``, ``defaults`` (every scenario parameter with its
-    default; ``max_steps`` and ``max_time`` may be overridden there) and ``presets``, and
-    implement :meth:`_setup`, :meth:`_build`, :meth:`_observe` and :meth:`_render_text`.
+    A scenario sets ``metadata["name"]``, ``params`` (each parameter once:
+    :class:`~deszoo.core.params.Param` with its default, check and description) and
+    ``presets``, and implements:
+
+    * :meth:`_setup`: the agents, as one :class:`~deszoo.core.groups.Group` or a list;
+    * :meth:`_build`: create the model on ``self.sim`` with ``self.rng`` and ``self.p``;
+    * :meth:`_observe_all` (every agent at once) or :meth:`_observe` (one agent);
+    * optionally :meth:`_flush` (time-integrated rewards) and :meth:`_render_text`.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["human", "ansi"], "name": "simpy_env"}
-    defaults: ClassVar[dict[str, Any]] = {}
+    params: ClassVar[dict[str, Param]] = {}
     presets: ClassVar[dict[str, dict[str, Any]]] = {"default": {}}
 
     def __init__(
@@ -139,12 +150,12 @@ class SimPyParallelEnv(ParallelEnv):
         if not isinstance(mask_in_obs, (bool, np.bool_)):
             raise ConfigError(f"{name}: mask_in_obs={mask_in_obs!r} must be True or False")
         kwargs = _max_cycles_alias(name, kwargs)
-        allowed = {**COMMON_DEFAULTS, **self.defaults}
-        unknown = sorted(set(kwargs) - set(allowed))
+        declared = self.all_params()
+        unknown = sorted(set(kwargs) - set(declared))
         if unknown:
             raise ConfigError(
                 f"{name}: unknown argument(s) {unknown}; valid arguments: render_mode, "
-                f"preset, mask_in_obs, max_cycles, {', '.join(sorted(allowed))}"
+                f"preset, mask_in_obs, max_cycles, {', '.join(sorted(declared))}"
             )
         self.render_mode = render_mode
         self.mask_in_obs = bool(mask_in_obs)
@@ -152,52 +163,53 @@ class SimPyParallelEnv(ParallelEnv):
             "render_mode": render_mode, "preset": preset, "mask_in_obs": self.mask_in_obs,
             **kwargs,
         }
-        self.config: dict[str, Any] = {**allowed, **self.presets[preset], **kwargs}
-        mode = self.config["invalid_action"]
-        if mode == "noop":
+        self.config: dict[str, Any] = {
+            **{k: p.default for k, p in declared.items()}, **self.presets[preset], **kwargs
+        }
+        if self.config["invalid_action"] == "noop":
             raise ConfigError(
                 f"{name}: invalid_action='noop' was removed: it left the agent waiting, which "
                 "froze simulated time; use 'random' (the default: a random legal action, "
                 "flagged in infos) or 'raise'"
             )
-        if mode not in INVALID_MODES:
-            raise ConfigError(
-                f"{name}: invalid_action={mode!r}; valid: 'random' (default) or 'raise'"
-            )
-        penalty = self.config["invalid_penalty"]
-        if not is_number(penalty) or not 0 <= penalty < float("inf"):
-            raise ConfigError(
-                f"{name}: invalid_penalty={penalty!r} must be a finite number >= 0"
-            )
-        self._strict = mode == "raise"
-        if not isinstance(self.config["black_death"], (bool, np.bool_)):
-            raise ConfigError(
-                f"{name}: black_death={self.config['black_death']!r} must be True or False"
-            )
+        check_all(name, declared, self.config)
+        self.p = Config(self.config)  # what the model reads: self.p.n_machines
+        self._strict = self.config["invalid_action"] == "raise"
         self._black_death = bool(self.config["black_death"])
-        for key in ("max_steps", "max_time"):
-            self._check_limit(key, self.config[key])
 
-        names, obs_low, obs_high, n_actions = self._setup()
-        self.possible_agents: list[str] = list(names)
+        groups = self._setup()
+        if isinstance(groups, tuple):  # legacy (names, low, high, n_actions): until ported
+            from deszoo.core.groups import discrete
+
+            groups = discrete(*groups)
+        rows = AgentRows([groups] if isinstance(groups, Group) else list(groups), name)
+        self.rows = rows
+        self.groups = rows.groups
+        self.possible_agents: list[str] = list(rows.names)
         self.agents: list[str] = []
-        self._index = {name: i for i, name in enumerate(self.possible_agents)}
-        self.n_actions = int(n_actions)
-        low = np.asarray(obs_low, dtype=np.float32)
-        high = np.asarray(obs_high, dtype=np.float32)
-        self._box = spaces.Box(low, high, dtype=np.float32)
-        self._mask_space = spaces.Box(0, 1, (self.n_actions,), dtype=np.int8)
-        if self.mask_in_obs:  # PettingZoo's convention for masks in observations
-            self._obs_space = spaces.Dict(
-                {"observation": self._box, "action_mask": self._mask_space}
-            )
-        else:
-            self._obs_space = self._box
-        self._act_space = spaces.Discrete(self.n_actions)
-        n, d = len(self.possible_agents), self._box.shape[0]
+        self._index = {a: i for i, a in enumerate(self.possible_agents)}
+        self._group_of = {a: rows.groups[k] for a, k in zip(rows.names, rows.kind, strict=True)}
+        if self.mask_in_obs and rows.type is spaces.Box:
+            raise ConfigError(f"{name}: mask_in_obs needs Discrete or MultiDiscrete actions")
+        self._obs_spaces: dict[int, spaces.Space] = {}
+        for k, g in enumerate(rows.groups):
+            if self.mask_in_obs:
+                width = rows.mask_dim if rows.type is spaces.MultiDiscrete else g.action.n
+                self._obs_spaces[k] = spaces.Dict({
+                    "observation": g.observation,
+                    "action_mask": spaces.Box(0, 1, (int(width),), dtype=np.int8),
+                })
+            else:
+                self._obs_spaces[k] = g.observation
+        # Kept for scenarios and tools that knew one space: the first group's.
+        self._box = rows.groups[0].observation
+        if rows.type is spaces.Discrete:
+            self.n_actions = int(rows.mask_dim)
+        n, d = len(self.possible_agents), rows.obs_dim
         # Per-agent state lives in arrays so vector backends can copy it out in one go.
         self.obs_buf = np.zeros((n, d), dtype=np.float32)
-        self.mask_buf = np.zeros((n, self.n_actions), dtype=np.int8)
+        self.mask_buf = np.zeros((n, rows.mask_dim), dtype=np.int8)
+        self.mask_buf[:] = rows.noop_mask()  # no episode yet: every agent is gone
         self.rew_buf = np.zeros(n, dtype=np.float32)
         self.term_buf = np.zeros(n, dtype=bool)
         self.trunc_buf = np.zeros(n, dtype=bool)
@@ -206,31 +218,36 @@ class SimPyParallelEnv(ParallelEnv):
         self.invalid_buf = np.zeros(n, dtype=bool)
         self.invalid_count = np.zeros(n, dtype=np.int32)
         self._gone = np.zeros(n, dtype=bool)  # left, but listed until the end (black_death)
-        self._rows = np.arange(n)
+        self._noop_mask = rows.noop_mask()
+        self._arange = np.arange(n)
         self.sim: simpy.Environment | None = None
         self.rng: np.random.Generator | None = None
         self._seed_seq: np.random.SeedSequence | None = None
         self._episode_seq: np.random.SeedSequence | None = None
         self._fallback_rng: np.random.Generator | None = None
-        self._pending: dict[int, simpy.Event] = {}
+        self._pending: dict[int, tuple[simpy.Event, Any]] = {}
         self._over = True
         self._closed = False
         self.num_steps = 0
         self.num_events = 0
 
-    def _check_limit(self, key: str, value: Any) -> None:
-        if value is None:
-            return
-        if key == "max_steps":
-            ok = is_int(value) and value > 0
-        else:
-            ok = is_number(value) and 0 < value < float("inf")
-        if not ok:
-            need = "a positive int" if key == "max_steps" else "a positive finite number"
-            raise ConfigError(f"{self.metadata['name']}: {key}={value!r} must be {need} or None")
+    @classmethod
+    def all_params(cls) -> dict[str, Param]:
+        """The bridge's parameters (``max_steps``, ...) and the scenario's, in that order;
+        a scenario may redeclare a bridge parameter to change its default."""
+        legacy = {
+            k: COMMON[k].with_default(v) if k in COMMON else Param(v, lambda _: None, "")
+            for k, v in getattr(cls, "defaults", {}).items()
+        }
+        return {**COMMON_PARAMS, **legacy, **cls.params}  # legacy: until every scenario is ported
 
     # Episode limits as attributes, so ``vec.set_attr("max_steps", 100)`` works per sim (and
     # ``max_cycles``, PettingZoo's name, which its parallel_api_test sets).
+    def _set_limit(self, key: str, value: Any) -> None:
+        check_all(self.metadata["name"], {key: COMMON_PARAMS[key]}, {key: value})
+        self.config[key] = value
+        self._kwargs[key] = value
+
     @property
     def max_steps(self) -> int | None:
         """Truncate after this many env steps (``None``: no limit)."""
@@ -238,9 +255,7 @@ class SimPyParallelEnv(ParallelEnv):
 
     @max_steps.setter
     def max_steps(self, value: int | None) -> None:
-        self._check_limit("max_steps", value)
-        self.config["max_steps"] = value
-        self._kwargs["max_steps"] = value
+        self._set_limit("max_steps", value)
 
     max_cycles = max_steps
 
@@ -251,27 +266,36 @@ class SimPyParallelEnv(ParallelEnv):
 
     @max_time.setter
     def max_time(self, value: float | None) -> None:
-        self._check_limit("max_time", value)
-        self.config["max_time"] = value
-        self._kwargs["max_time"] = value
+        self._set_limit("max_time", value)
 
     # ---- hooks for scenarios -------------------------------------------------------
-    def _setup(self) -> tuple[list[str], np.ndarray, np.ndarray, int]:
-        """Return agent names, observation low and high bounds, and ``n_actions``."""
+    def _setup(self) -> Group | list[Group]:
+        """Check what the parameters' own checks cannot (relations between them); return
+        the agents as one :class:`Group` or a list of groups."""
         raise NotImplementedError
 
     def _build(self) -> None:
         """Create the model and start its processes on ``self.sim`` using ``self.rng``."""
         raise NotImplementedError
 
-    def _observe(self, i: int, out: np.ndarray) -> None:
-        """Write live agent ``i``'s observation into ``out`` (a row of ``obs_buf``).
+    def _observe_all(self, obs: np.ndarray) -> None:
+        """Write every agent's observation into its row of ``obs`` (``obs_buf``), once per
+        step; rows of agents that have left are zeroed afterwards by the bridge.
 
-        Called at the end of every step and reset, after ``mask_buf[i]`` is final for the
-        step (a deciding agent's mask as the model set it, else the no-op mask), so a model
-        may refine a deciding agent's mask here from the same state it observes.
+        Called at the end of every step and reset, after ``mask_buf`` is final for the step
+        (a deciding agent's mask as the model set it, else the no-op mask), so a model may
+        refine a deciding agent's mask here from the state it observes. The default calls
+        :meth:`_observe` for each agent in the episode (or just leaving it).
         """
-        raise NotImplementedError
+        d = self.rows.obs_dims
+        for i in np.flatnonzero(self.live | (self.term_buf | self.trunc_buf) & ~self._gone):
+            self._observe(int(i), obs[i, : d[i]])
+
+    def _observe(self, i: int, out: np.ndarray) -> None:
+        """Write agent ``i``'s observation into ``out`` (the convenience hook)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither _observe_all nor _observe"
+        )
 
     def _flush(self, until: float) -> None:
         """Book time-integrated rewards up to simulated time ``until`` (optional)."""
@@ -284,19 +308,90 @@ class SimPyParallelEnv(ParallelEnv):
     def now(self) -> float:
         return 0.0 if self.sim is None else float(self.sim.now)
 
-    def decide(self, i: int, mask: np.ndarray | list[int]) -> simpy.Event:
-        """Event a process yields to wait for agent ``i``'s action under ``mask``."""
+    def decide(
+        self,
+        i: int,
+        mask: np.ndarray | Sequence[int] | None = None,
+        *,
+        values: Sequence[Any] | Callable[[Any], Any] | None = None,
+    ) -> simpy.Event:
+        """Event a process yields to wait for agent ``i``'s decision.
+
+        Args:
+            mask: the legal actions (``None``: all of the agent's actions).
+            values: what the model receives: ``values[action]`` (a sequence indexed by the
+                action), ``values(action)`` (a callable, called when the action is
+                delivered), or the action itself (``None``).
+        """
         if i in self._pending:
             raise RuntimeError(f"agent {self.possible_agents[i]!r} already waits for a decision")
         if not self.live[i]:
             raise RuntimeError(f"agent {self.possible_agents[i]!r} has left; it cannot decide")
         row = self.mask_buf[i]
-        row[:] = mask
-        if not row.any():
-            raise RuntimeError(f"model bug: agent {self.possible_agents[i]!r} got an all-zero mask")
+        if mask is None:
+            row[:] = self.rows.full_mask(i)
+        else:
+            row[:] = mask
+            if not row.any():
+                raise RuntimeError(
+                    f"model bug: agent {self.possible_agents[i]!r} got an all-zero mask"
+                )
         event = self.sim.event()
-        self._pending[i] = event
+        self._pending[i] = (event, values)
         return event
+
+    def every(
+        self,
+        dt: float,
+        apply: Callable[[int, Any], None],
+        *,
+        mask: Callable[[int], Any] | None = None,
+        values: Callable[[int], Any] | None = None,
+        agents: Callable[[], Iterable[int]] | None = None,
+        together: bool = True,
+    ) -> simpy.Process:
+        """Periodic decisions: every ``dt`` time units (from now), ``agents()`` decide.
+
+        Args:
+            apply: ``apply(i, value)`` hands agent ``i``'s decision to the model.
+            mask: ``mask(i)``, agent ``i``'s mask at this round (default: all actions).
+            values: ``values(i)``, what agent ``i``'s actions mean (as in :meth:`decide`).
+            agents: who decides this round, in order (default: every live agent); agents
+                still waiting for an earlier decision are skipped.
+            together: ``True``: a round's decisions are applied together, in agent order,
+                once all are taken, and the next round is due ``dt`` after that; ``False``:
+                each decision is applied as it is taken, and the next round is due ``dt``
+                after this one started. (They differ when an applied decision interacts
+                with other events due at the next round's instant.)
+        """
+        if not dt > 0:
+            raise ConfigError(f"decision interval dt={dt!r} must be positive")
+
+        def clock():
+            sim = self.sim
+            while True:
+                who = np.flatnonzero(self.live) if agents is None else agents()
+                round_ = []
+                for i in who:
+                    i = int(i)
+                    if i in self._pending:
+                        continue
+                    event = self.decide(i, None if mask is None else mask(i),
+                                        values=None if values is None else values(i))
+                    if together:
+                        round_.append((i, event))
+                    else:
+                        event.callbacks.append(lambda ev, i=i: apply(i, ev.value))
+                if round_:
+                    yield sim.all_of([e for _, e in round_])
+                    for i, event in round_:
+                        apply(i, event.value)
+                yield sim.timeout(dt)
+
+        return self.sim.process(clock())
+
+    def start_periodic(self, dt, mask_fn, apply_fn):  # legacy: until every scenario is ported
+        return self.every(dt, apply_fn, mask=mask_fn)
 
     def add_reward(self, i: int, value: float) -> None:
         """Add ``value`` to agent ``i``'s reward for the current step."""
@@ -312,6 +407,7 @@ class SimPyParallelEnv(ParallelEnv):
 
         With ``black_death=True`` it stays in ``agents`` until the episode ends, observing
         zeros with the no-op mask, and its termination is reported then, with everyone's.
+        A decision it was waiting for gets the no-op's value.
         """
         if not self.live[i]:
             return
@@ -320,9 +416,10 @@ class SimPyParallelEnv(ParallelEnv):
             self._gone[i] = True
         else:
             self.term_buf[i] = True
-        event = self._pending.pop(i, None)
-        if event is not None:
-            event.succeed(NOOP)
+        pending = self._pending.pop(i, None)
+        if pending is not None:
+            event, values = pending
+            event.succeed(self._value(i, self._noop_action(), values))
         if not self.live.any():  # nobody is left to decide: the episode is over
             self.term_buf[self._gone] = True
             self._over = True
@@ -335,34 +432,14 @@ class SimPyParallelEnv(ParallelEnv):
         """True once the episode has terminated or truncated (``reset`` is needed)."""
         return self._over
 
-    def start_periodic(self, dt: float, mask_fn, apply_fn) -> simpy.Process:
-        """Fixed-interval mode: every ``dt`` time units all live agents decide at once.
-
-        ``mask_fn(i)`` gives agent ``i``'s mask; ``apply_fn(i, action)`` applies its action.
-        """
-        if not dt > 0:
-            raise ConfigError(f"decision interval dt={dt!r} must be positive")
-
-        def clock():
-            sim = self.sim
-            while True:
-                events = {i: self.decide(i, mask_fn(i)) for i in np.flatnonzero(self.live)}
-                if events:
-                    yield sim.all_of(list(events.values()))
-                    for i, event in events.items():
-                        apply_fn(int(i), event.value)
-                yield sim.timeout(dt)
-
-        return self.sim.process(clock())
-
     # ---- PettingZoo API -----------------------------------------------------------
     def observation_space(self, agent: str) -> spaces.Space:
         self._check_agent_name(agent)
-        return self._obs_space  # one cached object for every agent and every call
+        return self._obs_spaces[self.rows.kind[self._index[agent]]]  # cached, per group
 
-    def action_space(self, agent: str) -> spaces.Discrete:
+    def action_space(self, agent: str) -> spaces.Space:
         self._check_agent_name(agent)
-        return self._act_space
+        return self._group_of[agent].action
 
     def reset(
         self, seed: int | None = None, options: dict | None = None
@@ -373,15 +450,15 @@ class SimPyParallelEnv(ParallelEnv):
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         if self.sim is None or not self.agents:
             raise ResetNeededError(
-                f"{self.metadata['name']}: step() called "
-                + self._not_running()
+                f"{self.metadata['name']}: step() called " + self._not_running()
                 + "; call reset() first"
             )
         if not isinstance(actions, dict):
             raise InvalidActionError(
                 f"actions must be a dict from agent name to action, got {type(actions).__name__}"
             )
-        acts = np.zeros(len(self.possible_agents), dtype=np.int64)
+        rows = self.rows
+        acts = rows.zero_actions()
         given = np.zeros(len(self.possible_agents), dtype=bool)
         for name, action in actions.items():
             i = self._index.get(name)
@@ -390,7 +467,7 @@ class SimPyParallelEnv(ParallelEnv):
                     f"action for unknown agent {name!r}; possible agents: "
                     f"{self.possible_agents}"
                 )
-            value = self._check_action(name, action)
+            value = rows.check(i, name, action)
             if not (self.live[i] or self._gone[i]):
                 if self._strict:
                     raise UnknownAgentError(
@@ -428,13 +505,16 @@ class SimPyParallelEnv(ParallelEnv):
             return None
         return None
 
+    def _render_rgb(self) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} draws no rgb_array pictures")
+
     def close(self) -> None:
-        canvas = self.__dict__.pop("_canvas", None)  # the rgb_array figure, if one was drawn
-        if canvas is not None:
-            canvas.close()
         self.sim = None
         self._pending = {}
         self._closed = True
+        canvas = self.__dict__.pop("_canvas", None)  # the rgb_array figure, if one was drawn
+        if canvas is not None:
+            canvas.close()
 
     def _not_running(self) -> str:
         if self._closed:
@@ -474,7 +554,7 @@ class SimPyParallelEnv(ParallelEnv):
         self._finish_step()
 
     def step_arrays(self, acts: np.ndarray, missing: np.ndarray | None = None) -> None:
-        """Step with one action per possible agent (``acts[i]``).
+        """Step with one action per possible agent (row ``acts[i]``, padded).
 
         Actions must already be in the action space; the masks are applied here.
         ``missing`` (bool per agent, optional) marks agents that sent no action.
@@ -483,19 +563,32 @@ class SimPyParallelEnv(ParallelEnv):
             raise ResetNeededError(f"{self.metadata['name']}: episode ended; call reset() first")
         invalid = self.invalid_buf
         invalid[:] = False
-        legal = self.mask_buf[self._rows, acts]
+        legal = self.rows.legal(self.mask_buf, acts, self._arange)
         if missing is not None or not legal.all():
-            acts = self._apply_invalid(acts, legal.astype(bool), missing)
+            acts = self._apply_invalid(acts, legal, missing)
         self.rew_buf[:] = 0.0
         self.term_buf[:] = False
-        for i, event in list(self._pending.items()):
-            del self._pending[i]
-            event.succeed(int(acts[i]))
+        if self._pending:
+            pending, self._pending = self._pending, {}
+            for i, (event, values) in pending.items():
+                event.succeed(self._value(i, acts[i], values))
         if invalid.any():
             self.rew_buf[invalid] -= self.config["invalid_penalty"]
         self.num_steps += 1
         self._advance()
         self._finish_step()
+
+    def _value(self, i: int, action: Any, values: Any) -> Any:
+        """What the model receives for agent ``i``'s ``action`` (see :meth:`decide`)."""
+        action = self.rows.unpad(i, action)
+        if values is None:
+            return int(action) if self.rows.type is spaces.Discrete else action
+        if callable(values):
+            return values(int(action) if self.rows.type is spaces.Discrete else action)
+        return values[int(action)]
+
+    def _noop_action(self) -> Any:
+        return self.rows.zero_actions()[0]
 
     def _apply_invalid(
         self, acts: np.ndarray, legal: np.ndarray, missing: np.ndarray | None
@@ -514,7 +607,7 @@ class SimPyParallelEnv(ParallelEnv):
                         )
                     continue
                 raise MaskedActionError(
-                    f"agent {self.possible_agents[i]!r} got action {int(acts[i])}; valid "
+                    f"agent {self.possible_agents[i]!r} got action {acts[i]}; valid "
                     f"actions under its mask: {self._legal(i)}"
                 )
         acts = acts.copy()
@@ -523,8 +616,7 @@ class SimPyParallelEnv(ParallelEnv):
                 continue  # not deciding, or gone: its action is ignored
             if self._fallback_rng is None:
                 self._fallback_rng = np.random.default_rng(self._episode_seq.spawn(1)[0])
-            choices = np.flatnonzero(self.mask_buf[i])
-            acts[i] = choices[int(self._fallback_rng.integers(len(choices)))]
+            acts[i] = self.rows.fallback(i, self.mask_buf[i], self._fallback_rng)
             self.invalid_buf[i] = True
             self.invalid_count[i] += 1
         return acts
@@ -570,36 +662,17 @@ class SimPyParallelEnv(ParallelEnv):
         if self._over:
             self.live[:] = False
             self._pending.clear()
-        pending = self._pending
-        self.needs_buf[:] = False
-        for i in range(len(self.possible_agents)):
-            if i in pending:
-                self.needs_buf[i] = True
-            else:
-                self.mask_buf[i] = 0
-                self.mask_buf[i, NOOP] = 1
-            if self.live[i] or (ended[i] and not self._gone[i]):
-                self._observe(i, self.obs_buf[i])
-            else:
-                self.obs_buf[i] = 0.0
+        needs = self.needs_buf
+        needs[:] = False
+        if self._pending:
+            needs[list(self._pending)] = True
+        self.mask_buf[~needs] = self._noop_mask
+        self._observe_all(self.obs_buf)
+        dead = ~(self.live | (ended & ~self._gone))
+        if dead.any():
+            self.obs_buf[dead] = 0.0
         listed = self.live | self._gone if not self._over else self.live
         self.agents = [a for a, on in zip(self.possible_agents, listed, strict=True) if on]
-
-    def _check_action(self, name: str, action: Any) -> int:
-        if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):
-            if isinstance(action, np.ndarray) and action.shape == () and action.dtype.kind in "iu":
-                action = action.item()
-            else:
-                raise InvalidActionError(
-                    f"agent {name!r} got action {action!r} of type {type(action).__name__}; "
-                    f"expected an integer in 0..{self.n_actions - 1}"
-                )
-        if not 0 <= action < self.n_actions:
-            raise InvalidActionError(
-                f"agent {name!r} got action {action}; the action space is "
-                f"Discrete({self.n_actions}), valid actions are 0..{self.n_actions - 1}"
-            )
-        return int(action)
 
     def _check_agent_name(self, agent: str) -> None:
         if agent not in self._index:
@@ -610,29 +683,42 @@ class SimPyParallelEnv(ParallelEnv):
     def _legal(self, i: int) -> list[int]:
         return np.flatnonzero(self.mask_buf[i]).tolist()
 
+    def _own_obs(self, i: int) -> np.ndarray:
+        return self.obs_buf[i, : self.rows.obs_dims[i]].copy()
+
     def _obs_dict(self, names: list[str] | None = None) -> dict[str, Any]:
         names = self.agents if names is None else names
+        index = self._index
         if self.mask_in_obs:
+            widths = {k: s["action_mask"].shape[0] for k, s in self._obs_spaces.items()}
+            kind = self.rows.kind
             return {
                 a: {
-                    "observation": self.obs_buf[self._index[a]].copy(),
-                    "action_mask": self.mask_buf[self._index[a]].copy(),
+                    "observation": self._own_obs(index[a]),
+                    "action_mask": self.mask_buf[index[a], : widths[kind[index[a]]]].copy(),
                 }
                 for a in names
             }
-        return {a: self.obs_buf[self._index[a]].copy() for a in names}
+        return {a: self._own_obs(index[a]) for a in names}
 
     def _info_dict(self, names: list[str]) -> dict[str, dict]:
         # The same keys with the same types on every step (TorchRL builds a spec from them).
         now = self.now
         infos = {}
+        index, mask = self._index, self.mask_buf
+        widths = self._mask_widths()
         for a in names:
-            i = self._index[a]
+            i = index[a]
             infos[a] = {
                 "sim_time": now,
                 "needs_action": bool(self.needs_buf[i]),
-                "action_mask": self.mask_buf[i].copy(),
+                "action_mask": mask[i, : widths[i]].copy(),
                 "invalid_action": bool(self.invalid_buf[i]),
                 "invalid_count": int(self.invalid_count[i]),
             }
         return infos
+
+    def _mask_widths(self) -> np.ndarray:
+        if self.rows.type is spaces.Discrete:
+            return self.rows.n
+        return np.full(len(self.possible_agents), self.rows.mask_dim)

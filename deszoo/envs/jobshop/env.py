@@ -26,18 +26,6 @@ Truncation         ``max_steps`` env steps (default 1000) or ``max_time`` simula
 Heuristic          ``heuristic(obs, mask)``: weighted shortest processing time (WSPT)
 =================  ======================================================================
 
-Arguments:
-    n_machines (int): machines, one agent each.
-    n_jobs (int): jobs in an episode.
-    max_ops (int): maximum operations per job.
-    flexibility (float): probability that a machine is eligible for an operation (one
-        random machine always is).
-    utilization (float): offered load per machine; sets the arrival rate.
-    due_tightness (float): due date = arrival + tightness * mean work of the job.
-    ptime_range (tuple): processing times are uniform on this range.
-    queue_slots (int): queue positions a machine sees and can pick from.
-    reward (str): ``"flowtime"`` or ``"tardiness"``.
-
 Presets: `small` (3 machines, 30 jobs), `default` (4 machines, 100 jobs),
 `large` (96 machines, 2400 jobs, 16 queue slots: about 13x the work per step of `small`,
 mostly observing 96 machines).
@@ -51,9 +39,9 @@ from __future__ import annotations
 import numpy as np
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
-from deszoo.core.config import check_fraction, check_ints, check_numbers, check_pair
+from deszoo.core.groups import discrete
+from deszoo.core.params import COMMON, Param, choice, integer, pair, real
 from deszoo.envs.jobshop.model import JobShopModel, Operation
-from deszoo.errors import ConfigError
 
 __all__ = ["JobShopEnv", "heuristic"]
 
@@ -67,19 +55,24 @@ class JobShopEnv(SimPyParallelEnv):
     metadata = {
         "render_modes": ["human", "ansi", "rgb_array"],
         "name": "jobshop_v0",
-        "render_fps": 4,
+        "render_fps": 8,
     }
-    defaults = {
-        "n_machines": 4,
-        "n_jobs": 100,
-        "max_ops": 4,
-        "flexibility": 0.5,
-        "utilization": 0.95,
-        "due_tightness": 2.0,
-        "ptime_range": (1.0, 10.0),
-        "queue_slots": 8,
-        "reward": "flowtime",
-        "max_steps": 1000,
+    params = {
+        "n_machines": Param(4, integer(1), "machines, one agent each"),
+        "n_jobs": Param(100, integer(1), "jobs in an episode"),
+        "max_ops": Param(4, integer(1), "maximum operations per job"),
+        "flexibility": Param(0.5, real(0, 1, open_min=True),
+                             "probability that a machine is eligible for an operation (one "
+                             "random machine always is)"),
+        "utilization": Param(0.95, real(0, open_min=True),
+                             "offered load per machine; sets the arrival rate"),
+        "due_tightness": Param(2.0, real(0, open_min=True),
+                               "due date = arrival + tightness * mean work of the job"),
+        "ptime_range": Param((1.0, 10.0), pair(real(0, open_min=True)),
+                             "processing times are uniform on this range"),
+        "queue_slots": Param(8, integer(1), "queue positions a machine sees and can pick from"),
+        "reward": Param("flowtime", choice("flowtime", "tardiness"), "the reward (see above)"),
+        "max_steps": COMMON["max_steps"].with_default(1000),
     }
     presets = {
         "small": {"n_machines": 3, "n_jobs": 30},
@@ -88,43 +81,28 @@ class JobShopEnv(SimPyParallelEnv):
     }
 
     def _setup(self):
-        c, name = self.config, self.metadata["name"]
-        check_ints(c, name, ("n_machines", "n_jobs", "max_ops", "queue_slots"))
-        check_numbers(c, name, ("utilization", "due_tightness"))
-        check_fraction(c, name, "flexibility", closed=True)
-        if c["flexibility"] == 0:
-            raise ConfigError(f"{name}: flexibility=0 leaves one eligible machine; must be > 0")
-        check_pair(c, name, "ptime_range")
-        lo, hi = c["ptime_range"]
-        if c["reward"] not in ("flowtime", "tardiness"):
-            raise ConfigError(f"{name}: reward={c['reward']!r}; valid: 'flowtime', 'tardiness'")
-        k = c["queue_slots"]
+        p = self.p
+        k = p.queue_slots
         low = np.zeros(GLOBAL + SLOT * k, dtype=np.float32)
         low[GLOBAL + 3 :: SLOT] = -1.0
-        high = np.ones_like(low)
-        self._pmax = float(hi)
-        names = [f"machine_{m}" for m in range(c["n_machines"])]
-        return names, low, high, k + 1
+        self._pmax = float(p.ptime_range[1])
+        names = [f"machine_{m}" for m in range(p.n_machines)]
+        return discrete(names, low, np.ones_like(low), k + 1)
 
     def _build(self):
-        c = self.config
         self.model = JobShopModel(
-            self.sim, self.rng, c["n_machines"], c["n_jobs"], c["max_ops"], c["flexibility"],
-            c["utilization"], c["due_tightness"], tuple(c["ptime_range"]), self._choose,
-            on_route=self._on_route, on_finish=self._on_finish, on_all_done=self.end_episode,
+            self.sim, self.rng, self.p, self._choose, on_route=self._on_route,
+            on_finish=self._on_finish, on_all_done=self.end_episode,
         )
-        self._wip = Integrator(c["n_machines"])
+        self._wip = Integrator(self.p.n_machines)
         self.model.start()
 
     def _choose(self, m: int):
         queue = self.model.queues[m]
+        k = self.p.queue_slots
         mask = np.zeros(self.n_actions, dtype=np.int8)
-        mask[1 : 1 + min(len(queue), self.config["queue_slots"])] = 1
-        return self.sim.process(self._pick(m, mask))
-
-    def _pick(self, m: int, mask: np.ndarray):
-        action = yield self.decide(m, mask)
-        return action - 1
+        mask[1 : 1 + min(len(queue), k)] = 1
+        return self.decide(m, mask, values=[None, *queue[:k]])  # action j: slot j - 1
 
     def _on_route(self, m: int, op: Operation) -> None:
         self._wip.add(self.sim.now, m, op.job.weight)
@@ -132,33 +110,36 @@ class JobShopEnv(SimPyParallelEnv):
     def _on_finish(self, m: int, op: Operation) -> None:
         job = op.job
         self._wip.add(self.sim.now, m, -job.weight)
-        if job.done_at is not None and self.config["reward"] == "tardiness":
+        if job.done_at is not None and self.p.reward == "tardiness":
             self.add_reward(m, -job.weight * max(0.0, job.done_at - job.due) / self._pmax)
 
     def _flush(self, until: float) -> None:
-        if self.config["reward"] == "flowtime":
+        if self.p.reward == "flowtime":
             self.rew_buf -= (self._wip.take(until) / self._pmax).astype(np.float32)
 
-    def _observe(self, i: int, out: np.ndarray) -> None:
+    def _observe_all(self, obs: np.ndarray) -> None:
         model, now, pmax = self.model, self.sim.now, self._pmax
-        k = self.config["queue_slots"]
-        queue = model.queues[i]
+        k = self.p.queue_slots
+        n = model.n_machines
         wip = sum(len(q) for q in model.queues) + sum(r is not None for r in model.running)
-        out[0] = model.running[i] is not None
-        out[1] = min(1.0, max(0.0, model.busy_until[i] - now) / pmax)
-        out[2] = min(1.0, len(queue) / k)
-        out[3] = min(1.0, wip / (k * model.n_machines))
-        out[GLOBAL:] = 0.0
+        obs[:, 0] = [r is not None for r in model.running]
+        obs[:, 1] = np.minimum(1.0, np.maximum(0.0, np.asarray(model.busy_until) - now) / pmax)
+        obs[:, 2] = np.minimum(1.0, np.array([len(q) for q in model.queues]) / k)
+        obs[:, 3] = min(1.0, wip / (k * n))
+        obs[:, GLOBAL:] = 0.0
         scale = 4 * pmax
-        for s, op in enumerate(queue[:k]):
-            job = op.job
-            base = GLOBAL + SLOT * s
-            out[base] = 1.0
-            out[base + 1] = op.times[i] / pmax
-            out[base + 2] = min(1.0, (now - op.ready) / scale)
-            out[base + 3] = min(1.0, max(-1.0, (job.due - now - job.work_left) / scale))
-            out[base + 4] = job.weight / 4.0
-            out[base + 5] = (len(job.ops) - op.index) / model.max_ops
+        max_ops = model.max_ops
+        for i, queue in enumerate(model.queues):
+            out = obs[i]
+            for s, op in enumerate(queue[:k]):
+                job = op.job
+                base = GLOBAL + SLOT * s
+                out[base] = 1.0
+                out[base + 1] = op.times[i] / pmax
+                out[base + 2] = min(1.0, (now - op.ready) / scale)
+                out[base + 3] = min(1.0, max(-1.0, (job.due - now - job.work_left) / scale))
+                out[base + 4] = job.weight / 4.0
+                out[base + 5] = (len(job.ops) - op.index) / max_ops
 
     def _render_text(self) -> str:
         model = self.model
@@ -173,7 +154,6 @@ class JobShopEnv(SimPyParallelEnv):
         from deszoo.envs.jobshop import render  # matplotlib is needed only for pictures
 
         return render.draw(self)
-
 
 
 def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:

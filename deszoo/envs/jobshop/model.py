@@ -4,19 +4,21 @@ Jobs arrive as a Poisson stream. Each job is a chain of operations; each operati
 run on a random subset of the machines, with a machine-specific processing time. A
 released operation is routed to the eligible machine with the least outstanding work
 (ties to the lowest index) and waits in that machine's queue. When a machine is free and
-its queue is not empty it asks ``choose(m)`` which queued operation to run next.
+its queue is not empty it asks ``choose(m)`` which queued operation to run next (the
+event's value is the operation).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import simpy
 
 
-@dataclass
+@dataclass(eq=False)  # identity: the model finds the operation it is handed in its queue
 class Job:
     id: int
     weight: float
@@ -28,7 +30,7 @@ class Job:
     done_at: float | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class Operation:
     job: Job
     index: int
@@ -36,26 +38,32 @@ class Operation:
     ready: float = 0.0
 
 
-@dataclass
 class JobShopModel:
-    sim: simpy.Environment
-    rng: np.random.Generator
-    n_machines: int
-    n_jobs: int
-    max_ops: int
-    flexibility: float
-    utilization: float
-    due_tightness: float
-    ptime_range: tuple[float, float]
-    choose: Callable[[int], simpy.Event]
-    on_route: Callable[[int, Operation], None] = lambda m, op: None
-    on_finish: Callable[[int, Operation], None] = lambda m, op: None
-    on_all_done: Callable[[], None] = lambda: None
-    queues: list[list[Operation]] = field(default_factory=list)
-    busy_until: list[float] = field(default_factory=list)
-    running: list[Operation | None] = field(default_factory=list)
-    jobs: list[Job] = field(default_factory=list)
-    finished: int = 0
+    """The job shop. ``p`` holds the parameters (``n_machines``, ``n_jobs``, ``max_ops``,
+    ``flexibility``, ``utilization``, ``due_tightness``, ``ptime_range``); ``choose(m)``
+    is the event a free machine with work queued waits on: its value is the queued
+    operation to run next."""
+
+    def __init__(
+        self,
+        sim: simpy.Environment,
+        rng: np.random.Generator,
+        p: Any,
+        choose: Callable[[int], simpy.Event],
+        on_route: Callable[[int, Operation], None] = lambda m, op: None,
+        on_finish: Callable[[int, Operation], None] = lambda m, op: None,
+        on_all_done: Callable[[], None] = lambda: None,
+    ):
+        self.sim, self.rng, self.p = sim, rng, p
+        self.n_machines, self.n_jobs, self.max_ops = p.n_machines, p.n_jobs, p.max_ops
+        self.ptime_range = tuple(p.ptime_range)
+        self.choose, self.on_route, self.on_finish = choose, on_route, on_finish
+        self.on_all_done = on_all_done
+        self.queues: list[list[Operation]] = []
+        self.busy_until: list[float] = []
+        self.running: list[Operation | None] = []
+        self.jobs: list[Job] = []
+        self.finished = 0
 
     def start(self) -> None:
         m = self.n_machines
@@ -76,18 +84,18 @@ class JobShopModel:
         rng, lo, hi = self.rng, *self.ptime_range
         ops = []
         for _ in range(int(rng.integers(1, self.max_ops + 1))):
-            eligible = rng.random(self.n_machines) < self.flexibility
+            eligible = rng.random(self.n_machines) < self.p.flexibility
             eligible[rng.integers(self.n_machines)] = True
             ops.append({int(k): float(rng.uniform(lo, hi)) for k in np.flatnonzero(eligible)})
         now = self.sim.now
         work = sum(sum(op.values()) / len(op) for op in ops)
         weight = float(rng.choice([1.0, 2.0, 4.0]))
-        return Job(jid, weight, now, now + self.due_tightness * work, ops, work)
+        return Job(jid, weight, now, now + self.p.due_tightness * work, ops, work)
 
     def _arrivals(self):
         mean_ops = (1 + self.max_ops) / 2
         mean_work = mean_ops * sum(self.ptime_range) / 2
-        rate = self.utilization * self.n_machines / mean_work
+        rate = self.p.utilization * self.n_machines / mean_work
         for jid in range(self.n_jobs):
             job = self._new_job(jid)
             self.jobs.append(job)
@@ -114,8 +122,8 @@ class JobShopModel:
                 self._wake[m] = sim.event()
                 yield self._wake[m]
                 continue
-            slot = yield self.choose(m)
-            op = queue.pop(slot)
+            op = yield self.choose(m)
+            queue.remove(op)
             self.running[m] = op
             self.busy_until[m] = sim.now + op.times[m]
             yield sim.timeout(op.times[m])

@@ -228,11 +228,11 @@ class RideHailEnv(SimPyParallelEnv):
     def _observe(self, i: int, out: np.ndarray) -> None:
         # Hot path: all rows are computed once per step with numpy; each call copies one.
         if self._obs_stamp != self.num_steps:
-            self._obs_all = self._observe_all()
+            self._obs_all = self._compute_all()
             self._obs_stamp = self.num_steps
         out[:] = self._obs_all[i]
 
-    def _observe_all(self) -> np.ndarray:
+    def _compute_all(self) -> np.ndarray:
         c, model, now = self.config, self.model, self.sim.now
         n, Z, K = model.n_drivers, model.n_zones, c["request_slots"]
         horizon, cref, tref = model.horizon, self._count_ref, self._time_ref

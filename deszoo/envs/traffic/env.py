@@ -207,11 +207,11 @@ class TrafficEnv(SimPyParallelEnv):
         # each agent's row is copied out of it.
         stamp = (id(self.sim), self.num_steps)
         if self._obs_stamp != stamp:
-            self._obs_all = self._observe_all()
+            self._obs_all = self._compute_all()
             self._obs_stamp = stamp
         out[:] = self._obs_all[i]
 
-    def _observe_all(self) -> np.ndarray:
+    def _compute_all(self) -> np.ndarray:
         model, now = self.model, self.sim.now
         n = model.n_nodes
         obs = np.zeros((n, OBS_DIM), dtype=np.float32)

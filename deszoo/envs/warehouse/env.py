@@ -235,13 +235,13 @@ class WarehouseEnv(SimPyParallelEnv):
         # Hot path: all rows are computed once per step with numpy; each call copies one.
         stamp = self.num_steps
         if self._obs_stamp != stamp:
-            self._obs_all, self._mask_row = self._observe_all()
+            self._obs_all, self._mask_row = self._compute_all()
             self._obs_stamp = stamp
         out[:] = self._obs_all[i]
         if i in self._pending:
             self.mask_buf[i] = self._mask_row  # match the mask to the observed slots
 
-    def _observe_all(self) -> tuple[np.ndarray, np.ndarray]:
+    def _compute_all(self) -> tuple[np.ndarray, np.ndarray]:
         model, now = self.model, self.sim.now
         n, A, L, K = model.n_robots, model.n_aisles, model.length, self.n_actions - 1
         S, cap = model.n_stations, model.capacity

@@ -1,0 +1,239 @@
+"""Scenario parameters, declared once: default, check and documentation together.
+
+A scenario lists its parameters as :class:`Param` objects::
+
+    params = {
+        "n_machines": Param(4, integer(1), "machines, one agent each"),
+        "utilization": Param(0.95, real(0, open_min=True), "offered load per machine"),
+    }
+
+The bridge checks every value when the env is built (a :class:`ConfigError` that names the
+parameter, the value and what is expected; non-finite numbers are always refused), hands
+the model one :class:`Config` object (``config.n_machines``), and ``deszoo.docs``
+generates each scenario's documentation page from the same declarations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from deszoo.errors import ConfigError
+
+__all__ = [
+    "Param",
+    "Config",
+    "integer",
+    "real",
+    "fraction",
+    "choice",
+    "flag",
+    "pair",
+    "shares",
+    "int_tuple",
+    "optional",
+    "check_all",
+    "COMMON",
+]
+
+Check = Callable[[Any], str | None]  # the value -> None if fine, else what is expected
+
+
+@dataclass(frozen=True)
+class Param:
+    """One scenario parameter: its default, its check and a one-line description."""
+
+    default: Any
+    check: Check
+    doc: str
+
+    @property
+    def expects(self) -> str:
+        """What the check accepts, in words (for documentation)."""
+        return getattr(self.check, "expects", "")
+
+    def with_default(self, default: Any) -> Param:
+        """The same parameter with another default (a scenario's own ``max_steps``)."""
+        return Param(default, self.check, self.doc)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_real(v: Any) -> bool:
+    return (_is_int(v) or isinstance(v, (float, np.floating))) and math.isfinite(v)
+
+
+def _named(expects: str, fn: Callable[[Any], bool]) -> Check:
+    def check(value: Any) -> str | None:
+        return None if fn(value) else expects
+
+    check.expects = expects
+    return check
+
+
+def integer(minimum: int | None = None, maximum: int | None = None) -> Check:
+    """An int (not a bool) in ``[minimum, maximum]``."""
+    if minimum is not None and maximum is not None:
+        words = f"an int in {minimum}..{maximum}"
+    elif minimum == 1:
+        words = "a positive int"
+    elif minimum is not None:
+        words = f"an int >= {minimum}"
+    else:
+        words = "an int"
+
+    def ok(v: Any) -> bool:
+        return (_is_int(v) and (minimum is None or v >= minimum)
+                and (maximum is None or v <= maximum))
+
+    return _named(words, ok)
+
+
+def real(
+    minimum: float | None = None,
+    maximum: float | None = None,
+    *,
+    open_min: bool = False,
+    open_max: bool = False,
+) -> Check:
+    """A finite number (int or float, not a bool, not NaN or infinite) in the range."""
+    lo = "" if minimum is None else f"{minimum} {'<' if open_min else '<='} "
+    hi = "" if maximum is None else f" {'<' if open_max else '<='} {maximum}"
+    if minimum == 0 and maximum is None:
+        words = "a finite number > 0" if open_min else "a finite number >= 0"
+    elif lo or hi:
+        words = f"a finite number x with {lo}x{hi}"
+    else:
+        words = "a finite number"
+
+    def ok(v: Any) -> bool:
+        if not _is_real(v):
+            return False
+        if minimum is not None and (v <= minimum if open_min else v < minimum):
+            return False
+        return not (maximum is not None and (v >= maximum if open_max else v > maximum))
+
+    return _named(words, ok)
+
+
+def fraction(closed: bool = False) -> Check:
+    """A number in ``[0, 1)`` (``[0, 1]`` when ``closed``)."""
+    return real(0, 1, open_max=not closed)
+
+
+def choice(*values: Any) -> Check:
+    """One of ``values``."""
+    return _named(f"one of {', '.join(repr(v) for v in values)}", lambda v: v in values)
+
+
+def flag() -> Check:
+    """True or False."""
+    return _named("True or False", lambda v: isinstance(v, (bool, np.bool_)))
+
+
+def pair(item: Check) -> Check:
+    """A pair ``(lo, hi)`` of values that pass ``item``, with ``lo <= hi``."""
+
+    def ok(v: Any) -> bool:
+        return (isinstance(v, (tuple, list)) and len(v) == 2
+                and all(item(x) is None for x in v) and v[0] <= v[1])
+
+    return _named(f"a pair (lo, hi) of {_plural(item)}, lo <= hi", ok)
+
+
+def shares(n: int) -> Check:
+    """``n`` finite numbers >= 0 with a positive sum."""
+
+    def ok(v: Any) -> bool:
+        return (isinstance(v, (tuple, list)) and len(v) == n
+                and all(_is_real(x) and x >= 0 for x in v) and sum(v) > 0)
+
+    return _named(f"{n} finite numbers >= 0 with a positive sum", ok)
+
+
+def int_tuple(minimum: int = 1) -> Check:
+    """A non-empty tuple of ints >= ``minimum``."""
+
+    def ok(v: Any) -> bool:
+        return (isinstance(v, (tuple, list)) and len(v) > 0
+                and all(_is_int(x) and x >= minimum for x in v))
+
+    return _named(f"a non-empty tuple of ints >= {minimum}", ok)
+
+
+def optional(check: Check) -> Check:
+    """``None`` or what ``check`` accepts."""
+    return _named(f"None or {check.expects}", lambda v: v is None or check(v) is None)
+
+
+def _plural(check: Check) -> str:
+    words = getattr(check, "expects", "values")
+    for one, many in (("a positive int", "positive ints"), ("an int", "ints"),
+                      ("a finite number", "finite numbers")):
+        if words.startswith(one):
+            return many + words[len(one):]
+    return words
+
+
+# Parameters every scenario has (the bridge's); a scenario may redeclare one with another
+# default: ``"max_steps": COMMON["max_steps"].with_default(1000)``.
+COMMON: dict[str, Param] = {}
+
+
+def check_all(name: str, params: Mapping[str, Param], values: Mapping[str, Any]) -> None:
+    """Run every parameter's check; ``ConfigError`` for the first value that fails."""
+    for key, param in params.items():
+        value = values[key]
+        expects = param.check(value)
+        if expects is not None:
+            raise ConfigError(f"{name}: {key}={value!r} must be {expects}")
+
+
+class Config(Mapping):
+    """The values of a scenario's parameters, as attributes (``config.n_machines``) and as a
+    read-only mapping (``config["n_machines"]``). The model gets this one object; it is a
+    view of the env's values (the episode limits may be changed with ``set_attr``)."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        object.__setattr__(self, "_values", values)
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self._values[key]
+        except KeyError:
+            raise AttributeError(f"no parameter {key!r}") from None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError("parameters are read-only; build a new env to change them")
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Config({self._values!r})"
+
+
+COMMON.update({
+    "max_steps": Param(None, optional(integer(1)),
+                       "truncate after this many env steps (None: no limit)"),
+    "max_time": Param(None, optional(real(0, open_min=True)),
+                      "truncate when the simulated clock would pass this time (None: no limit)"),
+    "invalid_action": Param("random", choice("random", "raise"),
+                            "a masked-out action: replaced by a random legal one and flagged "
+                            "(random), or an error (raise)"),
+    "invalid_penalty": Param(0.0, real(0), "reward charged for each invalid action"),
+    "black_death": Param(False, flag(),
+                         "agents that leave stay listed, observing zeros, until the end"),
+})
