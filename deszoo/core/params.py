@@ -34,6 +34,7 @@ __all__ = [
     "flag",
     "pair",
     "shares",
+    "probabilities",
     "int_tuple",
     "optional",
     "check_all",
@@ -155,6 +156,16 @@ def shares(n: int) -> Check:
                 and all(_is_real(x) and x >= 0 for x in v) and sum(v) > 0)
 
     return _named(f"{n} finite numbers >= 0 with a positive sum", ok)
+
+
+def probabilities(n: int) -> Check:
+    """``n`` finite numbers >= 0 that sum to 1 (within 1e-6)."""
+
+    def ok(v: Any) -> bool:
+        return (isinstance(v, (tuple, list)) and len(v) == n
+                and all(_is_real(x) and x >= 0 for x in v) and abs(sum(v) - 1.0) <= 1e-6)
+
+    return _named(f"{n} probabilities (finite, >= 0) that sum to 1", ok)
 
 
 def int_tuple(minimum: int = 1) -> Check:

@@ -39,19 +39,6 @@ Heuristic          ``heuristic(obs, mask)``: shortest expected delay (expected w
                    mean service time) over the pools the mask allows
 =================  ======================================================================
 
-Arguments:
-    n_dispatchers (int): dispatchers, one agent each.
-    n_pools (int): server pools.
-    n_types (int): request types.
-    servers_range (tuple): servers per pool, drawn uniformly from this integer range per episode.
-    queue_capacity (int): waiting places per pool.
-    skill_spread (float): spread of the log mean service times over (type, pool).
-    load (float): offered load (arrival rate x mean service time / total servers).
-    background (float): share of the load in ``[0, 1)`` that arrives directly at the pools.
-    patience (float): mean patience of a waiting request, in mean service times.
-    loss_penalty (float): reward penalty per blocked or abandoned request.
-    horizon (float): simulated time during which requests arrive.
-
 Presets: `small` (2 dispatchers, 3 pools, about 500 steps), `default` (4 dispatchers,
 6 pools, about 1.3k steps), `large` (32 dispatchers, 64 pools, 97% of the load as background
 traffic, so about 140 SimPy events per step and about 14x the work per step of `small`).
@@ -65,7 +52,8 @@ from __future__ import annotations
 import numpy as np
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
-from deszoo.core.config import check_fraction, check_ints, check_numbers, check_pair
+from deszoo.core.groups import discrete
+from deszoo.core.params import Param, fraction, integer, pair, real
 from deszoo.envs.loadbalance.model import LoadBalanceModel
 
 __all__ = ["LoadBalanceEnv", "heuristic"]
@@ -82,18 +70,25 @@ class LoadBalanceEnv(SimPyParallelEnv):
         "name": "loadbalance_v0",
         "render_fps": 8,
     }
-    defaults = {
-        "n_dispatchers": 4,
-        "n_pools": 6,
-        "n_types": 3,
-        "servers_range": (2, 6),
-        "queue_capacity": 8,
-        "skill_spread": 0.5,
-        "load": 0.9,
-        "background": 0.0,
-        "patience": 3.0,
-        "loss_penalty": 2.0,
-        "horizon": 60.0,
+    params = {
+        "n_dispatchers": Param(4, integer(1), "dispatchers, one agent each"),
+        "n_pools": Param(6, integer(1), "server pools"),
+        "n_types": Param(3, integer(1), "request types"),
+        "servers_range": Param((2, 6), pair(integer(1)),
+                               "servers per pool, drawn uniformly from this integer range per "
+                               "episode"),
+        "queue_capacity": Param(8, integer(1), "waiting places per pool"),
+        "skill_spread": Param(0.5, real(0), "spread of the log mean service times over "
+                                            "(type, pool)"),
+        "load": Param(0.9, real(0, open_min=True),
+                      "offered load (arrival rate x mean service time / total servers)"),
+        "background": Param(0.0, fraction(),
+                            "share of the load that arrives directly at the pools"),
+        "patience": Param(3.0, real(0, open_min=True),
+                          "mean patience of a waiting request, in mean service times"),
+        "loss_penalty": Param(2.0, real(0), "reward penalty per blocked or abandoned request"),
+        "horizon": Param(60.0, real(0, open_min=True),
+                         "simulated time during which requests arrive"),
     }
     presets = {
         "small": {
@@ -116,53 +111,26 @@ class LoadBalanceEnv(SimPyParallelEnv):
     }
 
     def _setup(self):
-        c = self.config
-        name = self.metadata["name"]
-        check_ints(c, name, ("n_dispatchers", "n_pools", "n_types", "queue_capacity"))
-        check_pair(c, name, "servers_range", ints=True, low=1)
-        check_numbers(c, name, ("load", "patience", "horizon"))
-        check_numbers(c, name, ("skill_spread", "loss_penalty"), positive=False)
-        check_fraction(c, name, "background")
-        n_pools, n_types = c["n_pools"], c["n_types"]
-        self._global = 2 + n_types
-        size = self._global + POOL * n_pools
-        names = [f"dispatcher_{d}" for d in range(c["n_dispatchers"])]
-        return names, np.zeros(size), np.ones(size), n_pools + 1
+        p = self.p
+        self._global = 2 + p.n_types
+        size = self._global + POOL * p.n_pools
+        names = [f"dispatcher_{d}" for d in range(p.n_dispatchers)]
+        self._pool_of_action = [None, *range(p.n_pools)]  # action k: pool k - 1
+        return discrete(names, np.zeros(size), np.ones(size), p.n_pools + 1)
 
     def _build(self):
-        c, rng = self.config, self.rng
-        n_d, n_p, n_t = c["n_dispatchers"], c["n_pools"], c["n_types"]
-        lo, hi = c["servers_range"]
-        servers = rng.integers(lo, hi + 1, size=n_p)
-        times = np.exp(c["skill_spread"] * rng.standard_normal((n_t, n_p)))
-        mix = rng.dirichlet(np.ones(n_t), size=n_d)
-        # offered load: arrivals x (mean service time over the type mix and the servers)
-        mean_time = float(mix.mean(axis=0) @ times @ servers) / servers.sum()
-        total_rate = c["load"] * servers.sum() / mean_time
         self.model = LoadBalanceModel(
-            self.sim,
-            rng,
-            servers.tolist(),
-            c["queue_capacity"],
-            times,
-            mix,
-            source_rate=(1 - c["background"]) * total_rate / n_d,
-            background_rate=c["background"] * total_rate,
-            patience=c["patience"],
-            horizon=c["horizon"],
-            route=self._route,
-            on_wait=self._on_wait,
-            on_lost=self._on_lost,
-            on_all_done=self.end_episode,
+            self.sim, self.rng, self.p, route=self._route, on_wait=self._on_wait,
+            on_lost=self._on_lost, on_all_done=self.end_episode,
         )
+        n_d = self.p.n_dispatchers
         self._wait = Integrator(n_d)
-        self._kind = [0] * n_d
+        self._kind = np.zeros(n_d, dtype=np.int64)
         self._mask = np.zeros(self.n_actions, dtype=np.int8)
         # soft(mean service time) per type, laid out as the service column of the pool blocks
+        times = self.model.service_time
         self._svc = (times / (1.0 + times)).astype(np.float32)
-        self._max_servers = float(hi)
-        self._common = np.zeros(self.obs_buf.shape[1], dtype=np.float32)
-        self._fresh = False
+        self._max_servers = float(self.p.servers_range[1])
         self.model.start()
 
     # ---- model callbacks ----------------------------------------------------------------
@@ -172,24 +140,22 @@ class LoadBalanceEnv(SimPyParallelEnv):
         mask[NOOP] = 0
         for k, pool in enumerate(self.model.pools):
             mask[k + 1] = not pool.full()
-        return self.decide(d, mask)
+        return self.decide(d, mask, values=self._pool_of_action)
 
     def _on_wait(self, d: int, delta: int) -> None:
         self._wait.add(self.sim.now, d, delta)
 
     def _on_lost(self, d: int, kind: int) -> None:
-        self.add_reward(d, -self.config["loss_penalty"])
+        self.add_reward(d, -self.p.loss_penalty)
 
     def _flush(self, until: float) -> None:
         self.rew_buf -= self._wait.take(until).astype(np.float32)
-        self._fresh = False  # the model state may have changed since the last observation
 
     # ---- observations -------------------------------------------------------------------
-    def _refresh(self) -> None:
-        """The part of the observation every dispatcher shares, built once per step."""
-        g = self._global
+    def _observe_all(self, obs: np.ndarray) -> None:
+        g, p = self._global, self.p
+        cap, maxc = p.queue_capacity, self._max_servers
         vals = []
-        cap, maxc = self.config["queue_capacity"], self._max_servers
         for pool in self.model.pools:
             c = pool.servers
             w = pool.expected_wait()
@@ -202,20 +168,15 @@ class LoadBalanceEnv(SimPyParallelEnv):
                 w / (1.0 + w),
                 0.0,
             )
-        common = self._common
-        common[g:] = vals
-        common[1] = min(1.0, self.sim.now / self.config["horizon"])
-        self._fresh = True
-
-    def _observe(self, i: int, out: np.ndarray) -> None:
-        if not self._fresh:
-            self._refresh()
-        out[:] = self._common
-        if self.needs_action(i):  # the request this dispatcher must route now
+        obs[:, :g] = 0.0
+        obs[:, 1] = min(1.0, self.sim.now / p.horizon)
+        obs[:, g:] = vals
+        for i in np.flatnonzero(self.needs_buf):  # the request each deciding dispatcher routes
             kind = self._kind[i]
-            out[0] = 1.0
-            out[2 + kind] = 1.0
-            out[self._global + SERVICE :: POOL] = self._svc[kind]
+            row = obs[i]
+            row[0] = 1.0
+            row[2 + kind] = 1.0
+            row[g + SERVICE :: POOL] = self._svc[kind]
 
     def _render_text(self) -> str:
         m = self.model

@@ -2,9 +2,8 @@
 
 Several sources (dispatchers) each receive a Poisson stream of requests of several types.
 When a request arrives and at least one pool can take it, the source asks ``route(d, kind)``
-for a pool; the returned event's value is the chosen pool *numbered from 1* (``k`` means pool
-``k - 1``; value 0 is never expected). A pool is a :class:`simpy.Resource` with ``servers``
-servers and a waiting room of ``queue_cap`` places; a pool is *full* when every server is busy
+for a pool; the returned event's value is the index of the chosen pool. A pool is a
+:class:`simpy.Resource` with ``servers`` servers and a waiting room of ``queue_cap`` places; a pool is *full* when every server is busy
 and the waiting room is full. A request that finds every pool full is blocked (lost) without
 asking. Service times are exponential with a mean that depends on the request type and the
 pool. A waiting request abandons (reneges) after an exponential patience time; once service
@@ -23,7 +22,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import simpy
@@ -99,30 +99,47 @@ class Pool:
         return max(0.0, self.queue_work + self.busy_work / c) / c
 
 
-@dataclass
 class LoadBalanceModel:
-    sim: simpy.Environment
-    rng: np.random.Generator
-    servers: list[int]
-    queue_cap: int
-    service_time: np.ndarray  # (n_types, n_pools) mean service times
-    type_mix: np.ndarray  # (n_sources, n_types) probabilities
-    source_rate: float  # arrivals per time unit at each source
-    background_rate: float  # arrivals per time unit straight at the pools
-    patience: float  # mean patience of a waiting request
-    horizon: float  # arrivals stop at this time; the system then drains
-    route: Callable[[int, int], simpy.Event]
-    on_wait: Callable[[int, int], None] = lambda d, delta: None
-    on_lost: Callable[[int, int], None] = lambda d, kind: None
-    on_all_done: Callable[[], None] = lambda: None
-    pools: list[Pool] = field(default_factory=list)
-    arrivals: list[int] = field(default_factory=list)
-    served: list[int] = field(default_factory=list)
-    blocked: list[int] = field(default_factory=list)
-    abandoned: list[int] = field(default_factory=list)
-    total_wait: float = 0.0
-    in_system: int = 0  # requests waiting or in service
-    arrivals_over: bool = False
+    """The service system. ``p`` holds the parameters (``n_dispatchers``, ``n_pools``,
+    ``n_types``, ``servers_range``, ``queue_capacity``, ``skill_spread``, ``load``,
+    ``background``, ``patience``, ``horizon``); each episode draws the pools' servers, the
+    mean service times per (type, pool) and each source's type mix from ``rng``."""
+
+    def __init__(
+        self,
+        sim: simpy.Environment,
+        rng: np.random.Generator,
+        p: Any,
+        route: Callable[[int, int], simpy.Event],
+        on_wait: Callable[[int, int], None] = lambda d, delta: None,
+        on_lost: Callable[[int, int], None] = lambda d, kind: None,
+        on_all_done: Callable[[], None] = lambda: None,
+    ):
+        self.sim, self.rng, self.p = sim, rng, p
+        n_d, n_p, n_t = p.n_dispatchers, p.n_pools, p.n_types
+        lo, hi = p.servers_range
+        servers = rng.integers(lo, hi + 1, size=n_p)
+        self.service_time = np.exp(p.skill_spread * rng.standard_normal((n_t, n_p)))
+        self.type_mix = rng.dirichlet(np.ones(n_t), size=n_d)  # (sources, types)
+        # offered load: arrivals x (mean service time over the type mix and the servers)
+        mean_time = float(self.type_mix.mean(axis=0) @ self.service_time @ servers) / servers.sum()
+        total_rate = p.load * servers.sum() / mean_time
+        self.servers: list[int] = servers.tolist()
+        self.queue_cap = p.queue_capacity
+        self.source_rate = (1 - p.background) * total_rate / n_d  # per source
+        self.background_rate = p.background * total_rate  # straight at the pools
+        self.patience = p.patience  # mean patience of a waiting request
+        self.horizon = p.horizon  # arrivals stop then; the system drains
+        self.route, self.on_wait, self.on_lost = route, on_wait, on_lost
+        self.on_all_done = on_all_done
+        self.pools: list[Pool] = []
+        self.arrivals: list[int] = []
+        self.served: list[int] = []
+        self.blocked: list[int] = []
+        self.abandoned: list[int] = []
+        self.total_wait = 0.0
+        self.in_system = 0  # requests waiting or in service
+        self.arrivals_over = False
 
     def start(self) -> None:
         n_sources, n_types = self.type_mix.shape
@@ -181,8 +198,8 @@ class LoadBalanceModel:
                 self.blocked[d] += 1
                 self.on_lost(d, kind)
                 continue
-            choice = yield self.route(d, kind)
-            self.admit(d, kind, choice - 1)
+            pool = yield self.route(d, kind)
+            self.admit(d, kind, pool)
 
     def _background(self):
         sim, draw, horizon = self.sim, self.draw, self.horizon

@@ -41,19 +41,6 @@ Heuristic          ``heuristic(obs, mask)``: max pressure with hysteresis (queue
                    minus downstream occupancy; switch only for a clear gain)
 =================  ======================================================================
 
-Arguments:
-    rows, cols (int): grid size; one agent per intersection.
-    demand (float): mean arrival rate per entry link, vehicles per second.
-    demand_spread (float): each entry's rate is scaled by a factor drawn uniformly from
-        ``[1 - spread, 1 + spread]`` per episode, in ``[0, 1)``.
-    turn_probs (tuple): probabilities of (left, straight, right) at every intersection.
-    link_time (float): free-flow travel time of a link, seconds (each vehicle +-10 %).
-    link_capacity (int): vehicles a link stores, moving and queued.
-    headway (float): saturation headway at the stop line, seconds per vehicle.
-    decision_interval (float): seconds between decision ticks.
-    min_green (float): seconds a phase stays green before the signal may decide again.
-    clearance (float): yellow plus all-red seconds when the phase changes.
-
 Presets: `small` (2x2 grid, light demand, 900 s), `default` (3x3, 1800 s), `large` (10x10
 grid, heavier demand, 1800 s: about a thousand SimPy events per step).
 
@@ -66,13 +53,13 @@ from __future__ import annotations
 import numpy as np
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
-from deszoo.core.config import check_fraction, check_ints, check_numbers
-from deszoo.envs.traffic.model import TrafficModel, phase_lanes
+from deszoo.core.groups import discrete
+from deszoo.core.params import COMMON, Param, fraction, integer, probabilities, real
+from deszoo.envs.traffic.model import N_PHASES, TrafficModel, phase_lanes
 from deszoo.errors import ConfigError
 
 __all__ = ["TrafficEnv", "heuristic"]
 
-N_PHASES = 4
 OBS_DIM = 30
 GREEN_REF = 60.0  # seconds: green time feature scale
 WAIT_REF = 120.0  # seconds: head-of-queue wait feature scale
@@ -90,19 +77,27 @@ class TrafficEnv(SimPyParallelEnv):
         "name": "traffic_v0",
         "render_fps": 4,
     }
-    defaults = {
-        "rows": 3,
-        "cols": 3,
-        "demand": 0.09,
-        "demand_spread": 0.5,
-        "turn_probs": (0.15, 0.7, 0.15),
-        "link_time": 15.0,
-        "link_capacity": 40,
-        "headway": 2.0,
-        "decision_interval": 5.0,
-        "min_green": 10.0,
-        "clearance": 4.0,
-        "max_time": 1800.0,
+    params = {
+        "rows": Param(3, integer(1), "grid rows; one agent per intersection"),
+        "cols": Param(3, integer(1), "grid columns"),
+        "demand": Param(0.09, real(0), "mean arrival rate per entry link, vehicles per second"),
+        "demand_spread": Param(0.5, fraction(),
+                               "each entry's rate is scaled by a factor drawn uniformly from "
+                               "[1 - spread, 1 + spread] per episode"),
+        "turn_probs": Param((0.15, 0.7, 0.15), probabilities(3),
+                            "probabilities of (left, straight, right) at every intersection"),
+        "link_time": Param(15.0, real(0, open_min=True),
+                           "free-flow travel time of a link, seconds (each vehicle +-10 %)"),
+        "link_capacity": Param(40, integer(1), "vehicles a link stores, moving and queued"),
+        "headway": Param(2.0, real(0, open_min=True),
+                         "saturation headway at the stop line, seconds per vehicle"),
+        "decision_interval": Param(5.0, real(0, open_min=True),
+                                   "seconds between decision ticks"),
+        "min_green": Param(10.0, real(0),
+                           "seconds a phase stays green before the signal may decide again"),
+        "clearance": Param(4.0, real(0),
+                           "yellow plus all-red seconds when the phase changes"),
+        "max_time": COMMON["max_time"].with_default(1800.0),
     }
     presets = {
         "small": {"rows": 2, "cols": 2, "demand": 0.06, "max_time": 900.0},
@@ -111,89 +106,48 @@ class TrafficEnv(SimPyParallelEnv):
     }
 
     def _setup(self):
-        c = self.config
-        name = self.metadata["name"]
-        check_ints(c, name, ("rows", "cols", "link_capacity"))
-        check_numbers(c, name, ("link_time", "headway", "decision_interval"))
-        check_numbers(c, name, ("min_green", "clearance", "demand"), positive=False)
-        check_fraction(c, name, "demand_spread")
-        probs = c["turn_probs"]
-        try:
-            probs = tuple(float(p) for p in probs)
-        except (TypeError, ValueError):
-            probs = ()
-        if len(probs) != 3 or min(probs) < 0 or abs(sum(probs) - 1.0) > 1e-6:
-            raise ConfigError(
-                f"{name}: turn_probs={c['turn_probs']!r} must be three probabilities "
-                "(left, straight, right) that sum to 1"
-            )
-        if c["max_time"] is None and c["max_steps"] is None:
-            raise ConfigError(f"{name}: demand never ends; set max_time or max_steps")
-        self._turns = probs
-        self._queue_ref = c["link_capacity"] / 2.0
-        rows, cols = c["rows"], c["cols"]
-        names = [f"signal_{r}_{q}" for r in range(rows) for q in range(cols)]
-        low = np.zeros(OBS_DIM, dtype=np.float32)
-        return names, low, np.ones(OBS_DIM, dtype=np.float32), 1 + N_PHASES
+        p = self.p
+        if p.max_time is None and p.max_steps is None:
+            raise ConfigError(f"{self.metadata['name']}: demand never ends; set max_time or "
+                              "max_steps")
+        self._queue_ref = p.link_capacity / 2.0
+        names = [f"signal_{r}_{q}" for r in range(p.rows) for q in range(p.cols)]
+        return discrete(names, np.zeros(OBS_DIM), np.ones(OBS_DIM), 1 + N_PHASES)
 
     def _build(self):
-        c = self.config
         n = len(self.possible_agents)
         self._queue = Integrator(n)
-        self.model = TrafficModel(
-            self.sim,
-            self.rng,
-            c["rows"],
-            c["cols"],
-            float(c["demand"]),
-            float(c["demand_spread"]),
-            self._turns,
-            float(c["link_time"]),
-            int(c["link_capacity"]),
-            float(c["headway"]),
-            float(c["clearance"]),
-            on_queue=self._on_queue,
-        )
-        phases = self.rng.integers(0, N_PHASES, n).tolist()
-        # Signals start as if their first phase had been green for ``min_green``, so
-        # every signal decides at t = 0.
-        self.model.start(phases, green_since=-float(c["min_green"]))
-        self._obs_stamp = None
+        self.model = TrafficModel(self.sim, self.rng, self.p, on_queue=self._on_queue)
+        self.model.start()
         self._mask_rows = np.ones((N_PHASES, 1 + N_PHASES), dtype=np.int8)
-        for p in range(N_PHASES):
-            self._mask_rows[p, 1 + p] = 0
-        self.sim.process(self._clock())
+        for ph in range(N_PHASES):
+            self._mask_rows[ph, 1 + ph] = 0
+        # Each tick, every signal out of its minimum green and clearance decides (until
+        # max_time); a switch is applied as soon as it is taken.
+        self.every(float(self.p.decision_interval), self._apply, mask=self._mask,
+                   values=lambda i: self._phase_of_action, agents=self._eligible,
+                   together=False)
 
     # ---- decisions -------------------------------------------------------------------
-    def _clock(self):
-        sim, model = self.sim, self.model
-        dt = float(self.config["decision_interval"])
-        min_green = float(self.config["min_green"]) - 1e-9
-        max_time = self.config["max_time"]
-        n = model.n_nodes
-        appliers = [self._applier(i) for i in range(n)]
-        while True:
-            now = sim.now
-            if max_time is None or now < max_time:
-                for i in range(n):
-                    if (
-                        not model.in_clearance[i]
-                        and now - model.green_since[i] >= min_green
-                        and i not in self._pending  # still deciding (flagged invalid action)
-                    ):
-                        self.decide(i, self._mask_rows[model.phase[i]]).callbacks.append(
-                            appliers[i]
-                        )
-            yield sim.timeout(dt)
+    _phase_of_action = [None, *range(N_PHASES)]  # action k: switch to phase k - 1
 
-    def _applier(self, i: int):
-        switch = self.model.switch
+    def _eligible(self) -> list[int]:
+        model, now = self.model, self.sim.now
+        max_time = self.p.max_time
+        if max_time is not None and now >= max_time:
+            return []
+        min_green = float(self.p.min_green) - 1e-9
+        return [
+            i for i in range(model.n_nodes)
+            if not model.in_clearance[i] and now - model.green_since[i] >= min_green
+        ]
 
-        def apply(event) -> None:
-            if event.value != NOOP:
-                switch(i, event.value - 1)
+    def _mask(self, i: int) -> np.ndarray:
+        return self._mask_rows[self.model.phase[i]]
 
-        return apply
+    def _apply(self, i: int, phase: int | None) -> None:
+        if phase is not None:
+            self.model.switch(i, phase)
 
     def _on_queue(self, node: int, delta: int) -> None:
         self._queue.add(self.sim.now, node, delta)
@@ -202,19 +156,10 @@ class TrafficEnv(SimPyParallelEnv):
         self.rew_buf -= (self._queue.take(until) / 60.0).astype(np.float32)
 
     # ---- observations ----------------------------------------------------------------
-    def _observe(self, i: int, out: np.ndarray) -> None:
-        # Hot path: the whole observation matrix is built once per step with numpy and
-        # each agent's row is copied out of it.
-        stamp = (id(self.sim), self.num_steps)
-        if self._obs_stamp != stamp:
-            self._obs_all = self._compute_all()
-            self._obs_stamp = stamp
-        out[:] = self._obs_all[i]
-
-    def _compute_all(self) -> np.ndarray:
+    def _observe_all(self, obs: np.ndarray) -> None:
         model, now = self.model, self.sim.now
         n = model.n_nodes
-        obs = np.zeros((n, OBS_DIM), dtype=np.float32)
+        obs[:] = 0.0
         obs[np.arange(n), model.phase] = 1.0
         clearing = np.asarray(model.in_clearance, dtype=bool)
         obs[:, 4] = clearing
@@ -227,12 +172,11 @@ class TrafficEnv(SimPyParallelEnv):
         obs[:, 14:22] = np.minimum(1.0, (now - heads) / WAIT_REF).reshape(n, 8)
         count = np.asarray(model.count, dtype=np.float64)
         queued = np.asarray(model.queued_on, dtype=np.float64)
-        cap = float(self.config["link_capacity"])
+        cap = float(self.p.link_capacity)
         obs[:, 22:26] = np.minimum(1.0, (count - queued) / cap).reshape(n, 4)
         out_link = np.asarray(model.out_link)
         out_count = np.where(out_link >= 0, count[np.maximum(out_link, 0)], 0.0)
         obs[:, 26:30] = np.minimum(1.0, out_count / cap).reshape(n, 4)
-        return obs
 
     def _render_text(self) -> str:
         model = self.model

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import simpy
 
-__all__ = ["TrafficModel", "HEADINGS", "phase_lanes"]
+__all__ = ["TrafficModel", "HEADINGS", "N_PHASES", "phase_lanes"]
 
 HEADINGS = ((-1, 0), (0, 1), (1, 0), (0, -1))  # (d_row, d_col) of N, E, S, W
+N_PHASES = 4
 THROUGH, LEFT = 0, 1
 EXIT = -1
 _RANDOM_BATCH = 4096
@@ -54,25 +56,22 @@ class TrafficModel:
         self,
         sim: simpy.Environment,
         rng: np.random.Generator,
-        rows: int,
-        cols: int,
-        demand: float,
-        demand_spread: float,
-        turn_probs: tuple[float, float, float],
-        link_time: float,
-        link_capacity: int,
-        headway: float,
-        clearance: float,
+        p: Any,
         on_queue: Callable[[int, int], None],
     ):
-        self.sim, self.rng = sim, rng
+        """``p`` holds the parameters: ``rows``, ``cols``, ``demand``, ``demand_spread``,
+        ``turn_probs``, ``link_time``, ``link_capacity``, ``headway``, ``clearance``,
+        ``min_green``."""
+        self.sim, self.rng, self.p = sim, rng, p
+        rows, cols = p.rows, p.cols
         self.rows, self.cols = rows, cols
         self.n_nodes = n = rows * cols
-        self.headway, self.clearance = headway, clearance
-        self.link_time = link_time
+        self.headway, self.clearance = float(p.headway), float(p.clearance)
+        self.link_time = float(p.link_time)
         self.on_queue = on_queue
-        left, straight, _ = turn_probs
+        left, straight, _ = (float(x) for x in p.turn_probs)
         self._p_left, self._p_left_straight = left, left + straight
+        link_capacity, demand = int(p.link_capacity), float(p.demand)
 
         # Links: 4 * node + heading. ``out_link[4 * node + h]`` is the link a vehicle
         # leaving ``node`` with heading ``h`` enters, or EXIT.
@@ -101,7 +100,7 @@ class TrafficModel:
         self.green_since = [0.0] * n
         self.switches = 0
         # Sources.
-        spread = demand_spread
+        spread = float(p.demand_spread)
         self.rates = [
             demand * float(m) for m in rng.uniform(1 - spread, 1 + spread, len(self.sources))
         ]
@@ -112,12 +111,16 @@ class TrafficModel:
         self._k = 0
 
     # ---- set-up --------------------------------------------------------------------
-    def start(self, phases: list[int], green_since: float) -> None:
+    def start(self) -> None:
+        """Random first phases; every signal starts as if its phase had been green for
+        ``min_green``, so that every signal may switch at once."""
         sim = self.sim
-        for node, p in enumerate(phases):
-            self.phase[node] = p
+        phases = self.rng.integers(0, N_PHASES, self.n_nodes).tolist()
+        green_since = -float(self.p.min_green)
+        for node, ph in enumerate(phases):
+            self.phase[node] = ph
             self.green_since[node] = green_since
-            for slot in phase_lanes(p):
+            for slot in phase_lanes(ph):
                 self.green[8 * node + slot] = True
         for lane in range(8 * self.n_nodes):
             sim.process(self._lane(lane))
