@@ -4,12 +4,13 @@ Several sources (dispatchers) each receive a Poisson stream of requests of sever
 When a request arrives and at least one pool can take it, the source asks ``route(d, kind)``
 for a pool; the returned event's value is the index of the chosen pool. A pool is a
 :class:`simpy.Resource` with ``servers`` servers and a waiting room of ``queue_cap`` places;
-a pool is *full* when every server is busy and the waiting room is full. A request that finds every pool full is blocked (lost) without
-asking. Service times are exponential with a mean that depends on the request type and the
-pool. A waiting request abandons (reneges) after an exponential patience time; once service
-has started it stays. Optionally a share of the load (``background_rate``) arrives directly at
-the pools (proportional to their servers) and is never routed by a source. Arrivals stop at
-``horizon``; ``on_all_done`` is called when the last request has left after that.
+a pool is *full* when every server is busy and the waiting room is full. A request that
+finds every pool full is blocked (lost) without asking. Service times are exponential with a
+mean that depends on the request type and the pool. A waiting request abandons (reneges)
+after an exponential patience time; once service has started it stays. Optionally a share of
+the load (``background_rate``) arrives directly at the pools (proportional to their servers)
+and is never routed by a source. Arrivals stop at ``horizon``; ``on_all_done`` is called
+when the last request has left after that.
 
 Per-request bookkeeping runs as event callbacks rather than one generator process per request:
 a request *is* its :class:`simpy.resources.resource.Request` event (:class:`Call`), which halves
