@@ -164,20 +164,19 @@ def _spec(env: str | Callable[[], Any], num_envs: int, env_kwargs: dict) -> VecS
         raise ConfigError(f"num_envs={num_envs!r} must be a positive int (number of envs)")
     probe = factory()
     try:
-        if not hasattr(probe, "reset_arrays"):
-            raise ConfigError(
-                f"{type(probe).__name__} is not a deszoo SimPyParallelEnv; vector backends use "
-                "its array API (reset_arrays/step_arrays)"
-            )
-        agents = tuple(probe.possible_agents)
-        name = probe.metadata.get("name", type(probe).__name__)
+        if not hasattr(probe, "reset_arrays"):  # any other ParallelEnv: through its dict API
+            from deszoo.vector.adapter import ArrayFactory, ParallelEnvArrays
+
+            probe.close()
+            probe = ParallelEnvArrays(factory())
+            factory = ArrayFactory(factory)
+        name = (probe.metadata or {}).get("name", type(probe).__name__)
         return VecSpec(
             factory=factory,
             name=name,
             num_sims=num_envs,
-            agents=agents,
-            observation_space=probe.observation_space(agents[0]),
-            action_space=probe.action_space(agents[0]),
+            rows=probe.rows,
+            mask_in_obs=bool(getattr(probe, "mask_in_obs", False)),
         )
     finally:
         probe.close()
@@ -203,8 +202,10 @@ def make_vec(
     """Build ``num_envs`` copies of a scenario as one vector env over their agents.
 
     Args:
-        env: a registered scenario name (``deszoo.list_envs()``) or a picklable
-            zero-argument factory returning a ``SimPyParallelEnv``.
+        env: a registered scenario name (``deszoo.list_envs()``) or a zero-argument
+            factory (pickled with cloudpickle, so lambdas work) returning a deszoo env or
+            any PettingZoo ``ParallelEnv`` (run through its dict API; see
+            :mod:`deszoo.vector.adapter` for what batches).
         num_envs: simulations in the batch. The vector env has ``num_envs * n_agents``
             rows (its Gymnasium ``num_envs``): env-major, agent-minor.
         backend: ``"shm"`` (default), ``"roundrobin"``, ``"supersuit"``, ``"ray"`` or a

@@ -32,7 +32,7 @@ ROW_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("obs", "d", np.float32),
     ("final_obs", "d", np.float32),
     ("mask", "k", np.int8),
-    ("act", "", np.int64),
+    ("act", "a", None),  # shape and dtype of the env's actions
     ("rew", "", np.float32),
     ("term", "", np.bool_),
     ("trunc", "", np.bool_),
@@ -69,20 +69,25 @@ INPUT_ERRORS = (InvalidActionError, MissingActionError, UnknownAgentError)
 
 @dataclass(frozen=True)
 class Layout:
-    """Shapes of the batch buffers: ``num_sims`` envs of ``n_agents`` agents each."""
+    """Shapes of the batch buffers: ``num_sims`` envs of ``n_agents`` agents each, padded
+    rows (see :mod:`deszoo.core.groups`): ``obs_dim`` floats, ``mask_dim`` mask entries,
+    actions of shape ``act_shape`` and type ``act_dtype`` per row."""
 
     num_sims: int
     n_agents: int
     obs_dim: int
-    n_actions: int
+    mask_dim: int
+    act_shape: tuple[int, ...] = ()
+    act_dtype: str = "int64"
 
     @property
     def rows(self) -> int:
         return self.num_sims * self.n_agents
 
     def fields(self) -> list[tuple[str, tuple[int, ...], Any]]:
-        dims = {"d": (self.obs_dim,), "k": (self.n_actions,), "": ()}
-        out = [(name, (self.rows, *dims[key]), dt) for name, key, dt in ROW_FIELDS]
+        dims = {"d": (self.obs_dim,), "k": (self.mask_dim,), "a": self.act_shape, "": ()}
+        out = [(name, (self.rows, *dims[key]), np.dtype(self.act_dtype) if dt is None else dt)
+               for name, key, dt in ROW_FIELDS]
         out += [(name, (self.num_sims,), dt) for name, dt in SIM_FIELDS]
         return out
 
@@ -113,8 +118,8 @@ class Buffers:
             view = raw[offset : offset + size].view(dt).reshape(shape)
             setattr(self, name, view)
             offset += size
-        if fresh:
-            self.mask[:, 0] = 1  # before the first reset every row is dead: only the no-op
+        if fresh:  # before the first reset every row is dead (the envs set their own no-op
+            self.mask[:, 0] = 1  # masks when a group adopts its rows)
 
     # Attribute declarations for type checkers.
     obs: np.ndarray

@@ -34,6 +34,7 @@ from gymnasium.vector.utils import batch_space
 
 from deszoo import errors as _errors
 from deszoo.core.config import check_seed, is_int
+from deszoo.core.groups import AgentRows
 from deszoo.errors import (
     ConfigError,
     InvalidActionError,
@@ -64,29 +65,40 @@ _CALL_ERRORS.update(
 
 @dataclass(frozen=True)
 class VecSpec:
-    """What a backend needs to build its envs: a picklable factory and the spaces."""
+    """What a backend needs to build its envs: a picklable factory, the agents' row layout
+    (:class:`~deszoo.core.groups.AgentRows`) and the batch's spaces."""
 
     factory: Callable[[], Any]
     name: str
     num_sims: int
-    agents: tuple[str, ...]
-    observation_space: spaces.Space
-    action_space: spaces.Discrete
+    rows: AgentRows
+    mask_in_obs: bool = False
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return tuple(self.rows.names)
 
     @property
     def obs_box(self) -> spaces.Box:
-        """The flat observation (the ``"observation"`` part of a ``mask_in_obs`` Dict)."""
-        space = self.observation_space
-        return space["observation"] if isinstance(space, spaces.Dict) else space
+        """One observation row (padded across kinds)."""
+        return self.rows.batch_observation_space()
+
+    @property
+    def observation_space(self) -> spaces.Space:
+        if self.mask_in_obs:  # PettingZoo's convention for masks in observations
+            mask = spaces.Box(0, 1, (self.rows.mask_dim,), dtype=np.int8)
+            return spaces.Dict({"observation": self.obs_box, "action_mask": mask})
+        return self.obs_box
+
+    @property
+    def action_space(self) -> spaces.Space:
+        return self.rows.batch_action_space()
 
     @property
     def layout(self) -> Layout:
-        return Layout(
-            self.num_sims,
-            len(self.agents),
-            int(self.obs_box.shape[0]),
-            int(self.action_space.n),
-        )
+        r = self.rows
+        return Layout(self.num_sims, len(r.names), r.obs_dim, r.mask_dim, r.act_shape,
+                      r.act_dtype.name)
 
 
 class State(enum.Enum):
@@ -204,11 +216,16 @@ class DeszooVecEnv(VectorEnv):
         self.single_action_space = spec.action_space
         self.observation_space = batch_space(spec.observation_space, self.num_envs)
         self.action_space = batch_space(spec.action_space, self.num_envs)
-        self.n_actions = int(spec.action_space.n)
+        self._act_type = spec.rows.type
+        if self._act_type is spaces.Discrete:
+            self.n_actions = int(spec.rows.mask_dim)
+        self._noop_mask = spec.rows.noop_mask()
+        # Each row's kind (group index), reported in infos["kind"].
+        self._kind = np.tile(spec.rows.kind, self.num_sims)
         self.autoreset_mode = mode
         self._same_step = mode is AutoresetMode.SAME_STEP
         # PettingZoo's mask convention: observations {"observation", "action_mask"}.
-        self._mask_in_obs = isinstance(spec.observation_space, spaces.Dict)
+        self._mask_in_obs = spec.mask_in_obs
         self.metadata = {"autoreset_mode": mode, "render_modes": [], "name": spec.name}
         self.on_error = on_error
         self.copy = copy
@@ -541,8 +558,9 @@ class DeszooVecEnv(VectorEnv):
             )
         raise ResetNeededError(f"{self.backend} vector env: step() before reset(); call reset()")
 
-    def _check_actions(self, actions: Any, out: np.ndarray) -> None:
-        """Validate ``actions`` and write them into ``out`` (int64), before any send."""
+    def _check_actions(self, actions: Any, out: np.ndarray, rows: Any = None) -> None:
+        """Validate ``actions`` and write them into ``out``, before any send (``rows``: the
+        rows they are for, all by default)."""
         if isinstance(actions, np.ndarray):
             a = actions
         else:
@@ -550,7 +568,7 @@ class DeszooVecEnv(VectorEnv):
                 a = np.asarray(actions)
             except ValueError as exc:  # ragged nested lists
                 raise InvalidActionError(
-                    f"actions must be an integer array of shape {out.shape}: {exc}"
+                    f"actions must be an array of shape {out.shape}: {exc}"
                 ) from None
         if a.shape != out.shape:
             raise InvalidActionError(
@@ -558,21 +576,54 @@ class DeszooVecEnv(VectorEnv):
                 f"{out.shape[0] // self.agents_per_sim} envs x {self.agents_per_sim} agents), "
                 f"got shape {a.shape}"
             )
+        if self._act_type is spaces.Box:
+            self._check_box_actions(a, out, rows)
+            return
         if a.dtype.kind not in "iu":
             raise InvalidActionError(
-                f"actions must be an integer array, got dtype {a.dtype}; "
-                f"valid actions are 0..{self.n_actions - 1}"
+                f"actions must be an integer array, got dtype {a.dtype}"
+                + (f"; valid actions are 0..{self.n_actions - 1}"
+                   if self._act_type is spaces.Discrete else "")
             )
         np.copyto(out, a, casting="unsafe")
-        # One reduction checks both ends: negatives wrap to huge unsigned values.
-        if out.view(np.uint64).max() >= self.n_actions:
-            bad = int(np.flatnonzero((a < 0) | (a >= self.n_actions))[0])
+        if self._act_type is spaces.Discrete:
+            # One reduction checks both ends: negatives wrap to huge unsigned values.
+            if out.view(np.uint64).max() >= self.n_actions:
+                bad = int(np.flatnonzero((a < 0) | (a >= self.n_actions))[0])
+                raise InvalidActionError(
+                    f"row {bad} (env {bad // self.agents_per_sim}, agent "
+                    f"{self.possible_agents[bad % self.agents_per_sim]!r}) got action "
+                    f"{a[bad]}; the action space is Discrete({self.n_actions}), valid actions "
+                    f"are 0..{self.n_actions - 1}"
+                )
+            return
+        nvec = self.sim_spec.rows.nvec
+        bad_rows = np.flatnonzero(((a < 0) | (a >= nvec)).any(axis=1))
+        if len(bad_rows):
+            bad = int(bad_rows[0])
             raise InvalidActionError(
-                f"row {bad} (env {bad // self.agents_per_sim}, agent "
-                f"{self.possible_agents[bad % self.agents_per_sim]!r}) got action {a[bad]}; "
-                f"the action space is Discrete({self.n_actions}), valid actions are "
-                f"0..{self.n_actions - 1}"
+                f"row {bad} got action {a[bad].tolist()}; the action space is "
+                f"MultiDiscrete({nvec.tolist()})"
             )
+
+    def _check_box_actions(self, a: np.ndarray, out: np.ndarray, rows: Any) -> None:
+        if a.dtype.kind not in "iuf":
+            raise InvalidActionError(f"actions must be a float array, got dtype {a.dtype}")
+        r = self.sim_spec.rows
+        n = self.agents_per_sim
+        idx = np.arange(self.num_envs) if rows is None else np.asarray(rows)
+        agent = idx % n
+        own = np.arange(r.act_dim)[None, :] < r.act_dims[agent][:, None]  # not padding
+        low, high = r.act_low[agent], r.act_high[agent]
+        bad = own & ~(np.isfinite(a) & (a >= low) & (a <= high))
+        if bad.any():
+            row = int(np.flatnonzero(bad.any(axis=1))[0])
+            raise InvalidActionError(
+                f"row {row} (agent {self.possible_agents[idx[row] % n]!r}) got action "
+                f"{a[row].tolist()}, outside its Box [{low[row].tolist()}, "
+                f"{high[row].tolist()}] (actions are not clipped; NaN is refused)"
+            )
+        np.copyto(out, np.where(own, a, 0.0), casting="unsafe")
 
     # ---- results --------------------------------------------------------------------
     def _results(self, bufs: Buffers, rows: Any = None) -> tuple:
@@ -602,13 +653,13 @@ class DeszooVecEnv(VectorEnv):
             "restarted": restarted,
             "invalid_action": take(bufs.invalid),
             "invalid_count": take(bufs.invalid_count),
+            "kind": take(self._kind),
         }
         obs = take(bufs.obs)
         if self._same_step:
             final_obs = take(bufs.final_obs)
             if self._mask_in_obs:  # an ended episode's agents decide nothing: no-op masks
-                noop = np.zeros_like(infos["action_mask"])
-                noop[:, 0] = 1
+                noop = np.broadcast_to(self._noop_mask, infos["action_mask"].shape).copy()
                 final_obs = {"observation": final_obs, "action_mask": noop}
             final = take(bufs.final)
             infos["final_obs"] = final_obs
@@ -647,8 +698,7 @@ class DeszooVecEnv(VectorEnv):
                 bufs.obs[rows] = 0.0
                 bufs.live[rows] = False
                 bufs.needs[rows] = False
-                bufs.mask[rows] = 0
-                bufs.mask[rows, 0] = 1
+                bufs.mask[rows] = self._noop_mask
                 bufs.invalid[rows] = False
                 bufs.invalid_count[rows] = 0
             self._restarted[rows] = True
@@ -809,8 +859,9 @@ class DeszooVecEnv(VectorEnv):
             )
         scratch = self._act_scratch.get(len(rows))
         if scratch is None:
-            scratch = self._act_scratch[len(rows)] = np.zeros(len(rows), dtype=np.int64)
-        self._check_actions(actions, scratch)
+            scratch = self._act_scratch[len(rows)] = np.zeros(
+                (len(rows), *self.layout.act_shape), dtype=self.layout.act_dtype)
+        self._check_actions(actions, scratch, rows)
         self._bufs.act[rows] = scratch
         ws = [self._workers[i] for i in self._last]
         self._last = self._last_rows = None

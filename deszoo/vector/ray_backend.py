@@ -23,6 +23,7 @@ See ``docs/distributed.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -100,7 +101,7 @@ class _Host:
     ):
         self.build_error: str | None = None
         try:
-            local = Layout(count, layout.n_agents, layout.obs_dim, layout.n_actions)
+            local = dataclasses.replace(layout, num_sims=count)
             self.bufs = Buffers(local, bytearray(local.nbytes()))
             self.bufs.events[:] = events  # event counts survive an actor's replacement
             self.group = EnvGroup(factory, self.bufs, 0, count, reset_seeds)

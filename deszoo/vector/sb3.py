@@ -58,7 +58,7 @@ def to_sb3(vec: DeszooVecEnv):
 
         def __init__(self, venv: DeszooVecEnv):
             self.venv = venv
-            self._mask = np.zeros((venv.num_envs, venv.n_actions), dtype=np.int8)
+            self._mask = np.zeros((venv.num_envs, venv.layout.mask_dim), dtype=np.int8)
             self._mask[:, 0] = 1
             self._seed: int | None = None
             self._actions: np.ndarray | None = None

@@ -28,6 +28,7 @@ The lifecycle around them is deszoo's own (see :mod:`deszoo.vector.base`). What 
 from __future__ import annotations
 
 import copy as _copy
+import dataclasses
 import multiprocessing.connection
 import time
 import traceback
@@ -75,7 +76,7 @@ class AgentVecEnv:
         self._args = (factory, env_index, layout, same_step, reset_seed, box, action_space)
         self.env_index = env_index
         self.same_step = same_step
-        self.bufs = Buffers(Layout(1, layout.n_agents, layout.obs_dim, layout.n_actions))
+        self.bufs = Buffers(dataclasses.replace(layout, num_sims=1))
         seeds = None if reset_seed is NO_RESTART else [reset_seed]
         self.group = EnvGroup(factory, self.bufs, 0, 1, seeds)
         self.num_envs = layout.n_agents

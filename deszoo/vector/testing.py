@@ -18,7 +18,8 @@ from deszoo.core import SimPyParallelEnv
 
 __all__ = ["ToyEnv", "legal_last", "legal_random", "rollout", "assert_same_rollouts"]
 
-FIELDS = ("obs", "rew", "term", "trunc", "action_mask", "needs_action", "live", "final_obs")
+FIELDS = ("obs", "rew", "term", "trunc", "action_mask", "needs_action", "live", "final_obs",
+          "kind")
 
 
 def legal_random(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -32,14 +33,30 @@ def legal_last(mask: np.ndarray) -> np.ndarray:
     return (k - 1 - mask[:, ::-1].argmax(axis=1)).astype(np.int64)
 
 
+def box_random(vec: Any, rng: np.random.Generator) -> np.ndarray:
+    """Uniformly random ``Box`` actions, each row within its own agent's bounds."""
+    r = vec.sim_spec.rows
+    low = np.tile(r.act_low, (vec.num_sims, 1))
+    high = np.tile(r.act_high, (vec.num_sims, 1))
+    return rng.uniform(low, high).astype(np.float32)
+
+
 def rollout(vec: Any, steps: int, seed: int | None = None, policy: str = "random") -> list:
-    """Reset ``vec`` (with ``seed``), take ``steps`` steps; return every result, copied."""
+    """Reset ``vec`` (with ``seed``), take ``steps`` steps; return every result, copied.
+
+    ``Box`` actions are uniformly random within each row's bounds whatever ``policy`` says.
+    """
+    from gymnasium import spaces
+
     rng = np.random.default_rng(1234)
     obs, infos = vec.reset(seed=seed)
     record = [{"obs": obs.copy(), "action_mask": infos["action_mask"].copy()}]
     for _ in range(steps):
         mask = infos["action_mask"]
-        acts = legal_random(mask, rng) if policy == "random" else legal_last(mask)
+        if vec.sim_spec.rows.type is spaces.Box:
+            acts = box_random(vec, rng)
+        else:
+            acts = legal_random(mask, rng) if policy == "random" else legal_last(mask)
         obs, rew, term, trunc, infos = vec.step(acts)
         item = {"obs": obs, "rew": rew, "term": term, "trunc": trunc}
         item.update({k: infos[k] for k in FIELDS if k in infos})

@@ -1,0 +1,234 @@
+"""Any PettingZoo ``ParallelEnv`` on the vector backends, through its dict API.
+
+The backends step envs through the bridge's array API (``reset_arrays``, ``step_arrays``
+and per-agent arrays that become views of the batch buffers). A deszoo
+:class:`~deszoo.core.SimPyParallelEnv` has it natively; :class:`ParallelEnvArrays` gives it
+to any other ``ParallelEnv`` by calling its ``reset`` and ``step`` and copying the dicts into
+the arrays. Agents are rows in ``possible_agents`` order, with the padded layout of
+:mod:`deszoo.core.groups` for agents of different spaces.
+
+What batches:
+
+=================  ======================================================================
+Observations       ``Box`` (any shape, flattened), ``Discrete`` (one-hot), or PettingZoo's
+                   ``Dict({"observation": ..., "action_mask": ...})`` (the mask is used)
+Actions            ``Discrete``, ``MultiDiscrete`` or flat ``Box``, one type for all agents
+Masks              ``obs[agent]["action_mask"]`` or ``infos[agent]["action_mask"]`` when
+                   there is one; else every action is allowed
+Deciding agents    ``infos[agent]["needs_action"]`` when there is one; else every agent in
+                   ``env.agents``
+Agents that leave  their rows are dead (zeros, no-op mask) until the episode ends
+=================  ======================================================================
+
+Anything else (``Tuple`` or other ``Dict`` observations, ``Text``, ``Graph``) raises
+:class:`~deszoo.errors.ConfigError` when the vector env is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from deszoo.core.groups import AgentRows, Group
+from deszoo.errors import ConfigError
+
+__all__ = ["ParallelEnvArrays", "ArrayFactory"]
+
+
+def _flat_box(space: spaces.Space, who: str) -> tuple[spaces.Box, str]:
+    """The flat ``Box`` a space's values are written as, and how (``"box"``, ``"onehot"``)."""
+    if isinstance(space, spaces.Box):
+        low = np.asarray(space.low, dtype=np.float32).reshape(-1)
+        high = np.asarray(space.high, dtype=np.float32).reshape(-1)
+        return spaces.Box(low, high, dtype=np.float32), "box"
+    if isinstance(space, spaces.Discrete):
+        n = int(space.n)
+        return spaces.Box(0.0, 1.0, (n,), dtype=np.float32), "onehot"
+    raise ConfigError(
+        f"{who}: observation space {space} cannot be batched; deszoo's vector backends take "
+        "Box, Discrete or PettingZoo's Dict({'observation', 'action_mask'}) observations"
+    )
+
+
+class ParallelEnvArrays:
+    """A PettingZoo ``ParallelEnv`` behind the bridge's array API (see the module
+    docstring)."""
+
+    def __init__(self, env: Any):
+        from pettingzoo import AECEnv
+
+        if isinstance(env, AECEnv):
+            raise ConfigError(
+                f"{type(env).__name__} is an AEC env; vector envs step every agent at once: "
+                "wrap it with pettingzoo.utils.conversions.aec_to_parallel"
+            )
+        for attr in ("possible_agents", "reset", "step", "observation_space", "action_space"):
+            if not hasattr(env, attr):
+                raise ConfigError(
+                    f"{type(env).__name__} is not a PettingZoo ParallelEnv (no {attr!r})"
+                )
+        self.env = env
+        self.metadata = getattr(env, "metadata", {}) or {}
+        name = self.metadata.get("name", type(env).__name__)
+        self.possible_agents = list(env.possible_agents)
+        if not self.possible_agents:
+            raise ConfigError(f"{name}: possible_agents is empty")
+        self._how: list[str] = []
+        self._masked: list[bool] = []
+        specs = []
+        for agent in self.possible_agents:
+            space = env.observation_space(agent)
+            masked = isinstance(space, spaces.Dict) and set(space.spaces) == {
+                "observation", "action_mask"}
+            if masked:
+                space = space["observation"]
+            elif isinstance(space, spaces.Dict):
+                raise ConfigError(
+                    f"{name}: agent {agent!r} observes a Dict {space}; only PettingZoo's "
+                    "{'observation', 'action_mask'} dicts can be batched"
+                )
+            box, how = _flat_box(space, f"{name}: agent {agent!r}")
+            action = env.action_space(agent)
+            if not isinstance(action, (spaces.Discrete, spaces.MultiDiscrete, spaces.Box)):
+                raise ConfigError(
+                    f"{name}: agent {agent!r} has action space {action}; deszoo's vector "
+                    "backends take Discrete, MultiDiscrete or flat Box actions"
+                )
+            if isinstance(action, spaces.Discrete) and int(action.start) != 0:
+                raise ConfigError(f"{name}: Discrete actions must start at 0 ({action})")
+            specs.append((box, action))
+            self._how.append(how)
+            self._masked.append(masked)
+        # Consecutive agents with equal spaces form a group (a kind).
+        groups: list[Group] = []
+        for agent, (box, action) in zip(self.possible_agents, specs, strict=True):
+            last = groups[-1] if groups else None
+            if last is not None and last.observation == box and last.action == action:
+                last.names.append(agent)
+            else:
+                groups.append(Group([agent], box, action))
+        self.rows = AgentRows(groups, name)
+        n, rows = len(self.possible_agents), self.rows
+        self._index = {a: i for i, a in enumerate(self.possible_agents)}
+        self.obs_buf = np.zeros((n, rows.obs_dim), dtype=np.float32)
+        self.mask_buf = np.zeros((n, rows.mask_dim), dtype=np.int8)
+        self.mask_buf[:] = rows.noop_mask()
+        self.rew_buf = np.zeros(n, dtype=np.float32)
+        self.term_buf = np.zeros(n, dtype=bool)
+        self.trunc_buf = np.zeros(n, dtype=bool)
+        self.live = np.zeros(n, dtype=bool)
+        self.needs_buf = np.zeros(n, dtype=bool)
+        self.invalid_buf = np.zeros(n, dtype=bool)
+        self.invalid_count = np.zeros(n, dtype=np.int32)
+        self._full = np.stack([rows.full_mask(i) for i in range(n)])
+        self._noop = rows.noop_mask()
+        self._over = True
+        self.num_steps = 0
+        self.num_events = 0
+        self._time = 0.0
+
+    # ---- what the backends read ------------------------------------------------------
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self.rows.groups[self.rows.kind[self._index[agent]]].observation
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self.rows.groups[self.rows.kind[self._index[agent]]].action
+
+    @property
+    def episode_over(self) -> bool:
+        return self._over
+
+    @property
+    def now(self) -> float:
+        """The env's ``infos[agent]["sim_time"]`` if it reports one, else its step count."""
+        return self._time
+
+    def reset_arrays(self, seed: int | None = None) -> None:
+        obs, infos = self.env.reset(seed=seed)
+        self.num_steps = 0
+        self._over = False
+        self.rew_buf[:] = 0.0
+        self.term_buf[:] = False
+        self.trunc_buf[:] = False
+        self.invalid_count[:] = 0
+        self._absorb(obs, infos, first=True)
+
+    def step_arrays(self, acts: np.ndarray, missing: np.ndarray | None = None) -> None:
+        live = list(self.env.agents)
+        rows = self.rows
+        actions = {}
+        for a in live:
+            i = self._index[a]
+            act = rows.unpad(i, acts[i])
+            actions[a] = int(act) if rows.type is spaces.Discrete else act
+        obs, rew, term, trunc, infos = self.env.step(actions)
+        self.num_steps += 1
+        self.rew_buf[:] = 0.0
+        self.term_buf[:] = False
+        self.trunc_buf[:] = False
+        index = self._index
+        for a, r in rew.items():
+            self.rew_buf[index[a]] = r
+        for a, t in term.items():
+            self.term_buf[index[a]] = bool(t)
+        for a, t in trunc.items():
+            self.trunc_buf[index[a]] = bool(t)
+        self._absorb(obs, infos, first=False)
+
+    def _absorb(self, obs: dict, infos: dict, first: bool) -> None:
+        live_now = set(self.env.agents)
+        index = self._index
+        self.live[:] = False
+        self.needs_buf[:] = False
+        self.invalid_buf[:] = False
+        self.obs_buf[:] = 0.0
+        self.mask_buf[:] = self._noop
+        times = []
+        for a, o in obs.items():
+            i = index[a]
+            info = infos.get(a, {}) or {}
+            mask = None
+            if self._masked[i]:
+                mask, o = o["action_mask"], o["observation"]
+            elif "action_mask" in info:
+                mask = info["action_mask"]
+            row = self.obs_buf[i]
+            if self._how[i] == "onehot":
+                row[int(o)] = 1.0
+            else:
+                flat = np.asarray(o, dtype=np.float32).reshape(-1)
+                row[: flat.shape[0]] = flat
+            if a in live_now:
+                self.live[i] = True
+                deciding = bool(info.get("needs_action", True))
+                self.needs_buf[i] = deciding
+                if deciding:
+                    if mask is None:
+                        self.mask_buf[i] = self._full[i]
+                    else:
+                        m = np.asarray(mask, dtype=np.int8).reshape(-1)
+                        self.mask_buf[i] = 0
+                        self.mask_buf[i, : m.shape[0]] = m
+            if info.get("invalid_action"):
+                self.invalid_buf[i] = True
+                self.invalid_count[i] += 1
+            if "sim_time" in info:
+                times.append(float(info["sim_time"]))
+        self._time = max(times) if times else float(self.num_steps)
+        self._over = not live_now
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class ArrayFactory:
+    """A picklable factory of :class:`ParallelEnvArrays` around a user's env factory."""
+
+    def __init__(self, factory: Callable[[], Any]):
+        self.factory = factory
+
+    def __call__(self) -> ParallelEnvArrays:
+        return ParallelEnvArrays(self.factory())

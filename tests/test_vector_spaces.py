@@ -1,0 +1,85 @@
+"""Agents of different kinds, Box actions and any PettingZoo ParallelEnv on every backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from pettingzoo.test import parallel_api_test
+
+from deszoo.errors import ConfigError, InvalidActionError
+from deszoo.vector import make_vec
+from deszoo.vector.plain_envs import Continuous, Kinds
+from deszoo.vector.testing import assert_same_rollouts, rollout
+from test_vector import BACKENDS, vec_of
+
+
+@pytest.mark.parametrize("env", [Kinds, Continuous])
+def test_the_plain_envs_pass_pettingzoo(env):
+    parallel_api_test(env(), num_cycles=50)
+
+
+@pytest.mark.parametrize("env", [Kinds, Continuous])
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_a_plain_parallel_env_is_bit_identical_on_every_backend(env, mode, backend_opts):
+    runs = {}
+    for name, opts in BACKENDS.items():
+        vec = vec_of(env, 3, backend_opts(opts), seed=5, autoreset_mode=mode)
+        try:
+            runs[name] = rollout(vec, 25)
+        finally:
+            vec.close()
+    ref = runs.pop("roundrobin")
+    assert sum(int((s["term"] | s["trunc"]).any()) for s in ref[1:]) >= 2
+    for name, run in runs.items():
+        assert_same_rollouts(ref, run, f"{env.__name__} {mode} roundrobin vs {name}")
+
+
+def test_kinds_are_padded_rows_with_a_kind_id():
+    vec = make_vec(Kinds, 2, backend="roundrobin", seed=0)
+    try:
+        assert vec.single_observation_space.shape == (5,)
+        assert vec.single_action_space == spaces.Discrete(5)
+        obs, infos = vec.reset()
+        assert infos["kind"].tolist() == [0, 0, 1, 0, 0, 1]
+        assert (obs[infos["kind"] == 0][:, 3:] == 0).all()  # scouts observe 3 values
+        # A scout's action 4 is outside its Discrete(3): masked out, so replaced and flagged
+        # only if it was deciding (in a plain env every live agent decides).
+        assert (infos["action_mask"][0] == [1, 1, 1, 0, 0]).all()
+        assert (infos["action_mask"][2] == [1, 0, 1, 0, 1]).all()  # the base, step 0
+        obs, rew, term, trunc, infos = vec.step(np.array([0, 1, 4, 2, 2, 4]))
+        assert infos["live"].all() and np.isfinite(rew).all()
+        for _ in range(3):
+            obs, rew, term, trunc, infos = vec.step(np.zeros(6, dtype=np.int64))
+        assert term[1] and not infos["live"][1]  # scout 1 leaves at step 4
+    finally:
+        vec.close()
+
+
+def test_box_actions_are_checked_never_clipped():
+    vec = make_vec(Continuous, 2, backend="roundrobin", seed=0)
+    try:
+        assert isinstance(vec.single_action_space, spaces.Box)
+        assert vec.single_action_space.shape == (2,)
+        vec.reset()
+        good = np.array([[0.5, 0.0], [1.0, 2.0]] * 2, dtype=np.float32)
+        vec.step(good)
+        for bad_value in (1.5, np.nan):  # agent one_0 acts in [-1, 1]
+            bad = good.copy()
+            bad[0, 0] = bad_value
+            with pytest.raises(InvalidActionError, match="not clipped"):
+                vec.step(bad)
+        padded = good.copy()
+        padded[0, 1] = 99.0  # one_0's second entry is padding: ignored
+        vec.step(padded)
+    finally:
+        vec.close()
+
+
+def test_spaces_that_cannot_be_batched_are_refused():
+    class TupleObs(Kinds):
+        def observation_space(self, agent):
+            return spaces.Tuple((spaces.Discrete(2), spaces.Discrete(3)))
+
+    with pytest.raises(ConfigError, match="cannot be batched"):
+        make_vec(TupleObs, 2, backend="roundrobin")
