@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from pettingzoo.test import parallel_api_test
+from test_vector import BACKENDS, vec_of
 
 from deszoo.errors import ConfigError, InvalidActionError
 from deszoo.vector import make_vec
 from deszoo.vector.plain_envs import Continuous, Kinds
 from deszoo.vector.testing import assert_same_rollouts, rollout
-from test_vector import BACKENDS, vec_of
 
 
 @pytest.mark.parametrize("env", [Kinds, Continuous])

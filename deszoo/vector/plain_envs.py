@@ -36,11 +36,11 @@ class Kinds(ParallelEnv):
         self._act["base_0"] = spaces.Discrete(5)
         self.np_random = np.random.default_rng()
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - the same space object every call
+    @functools.cache  # noqa: B019 - the same space object every call
     def observation_space(self, agent):
         return self._obs[agent]
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019
+    @functools.cache  # noqa: B019
     def action_space(self, agent):
         return self._act[agent]
 
