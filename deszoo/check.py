@@ -1,0 +1,282 @@
+"""``deszoo check``: is an env ready to be sampled in parallel?
+
+``check(env_fn)`` (or ``deszoo check MODULE:ATTR``) takes a class or zero-argument factory
+of a PettingZoo ``ParallelEnv`` (a deszoo scenario or any other) and runs, each with a
+verdict:
+
+==================  =====================================================================
+builds              ``env_fn()`` returns a ``ParallelEnv`` with ``possible_agents``
+spaces              ``observation_space(a)`` and ``action_space(a)`` return the same object
+                    on every call (PettingZoo requires it; seeding a space relies on it)
+pettingzoo api      PettingZoo's ``parallel_api_test``
+pettingzoo seed     PettingZoo's ``parallel_seed_test``
+observations        a whole episode under random legal actions: every observation in its
+                    space, finite; every agent that must decide has a legal action
+determinism         the same seed gives the same episode, also after the global random
+                    state (``random``, ``numpy.random``) is changed (global RNG use shows
+                    here); another seed gives another episode
+pickle              the env pickles (as a worker needs), and the copy replays the episode
+vector              ``make_vec`` on ``roundrobin``, ``shm`` and ``supersuit`` (2 workers):
+                    the same bytes, step for step
+==================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pickle
+import random
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Verdict", "check", "load"]
+
+
+@dataclass
+class Verdict:
+    """One check: its name, whether it passed, and what was found."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+class CheckFailed(Exception):
+    """A check found a problem (its message says which)."""
+
+
+def load(target: str) -> Callable[[], Any]:
+    """``"package.module:attr"`` -> the class or factory it names (current folder on path)."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"expected MODULE:ATTR (e.g. my_model.env:MyEnv), got {target!r}")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"{target} is not a class or a zero-argument factory")
+    return obj
+
+
+def _mask_of(obs: Any, info: dict) -> np.ndarray | None:
+    if isinstance(obs, dict) and "action_mask" in obs:
+        return np.asarray(obs["action_mask"])
+    if "action_mask" in info:
+        return np.asarray(info["action_mask"])
+    return None
+
+
+def _actions(env: Any, obs: dict, infos: dict, rng: np.random.Generator) -> dict:
+    """A random legal action for every agent (from its mask when there is one)."""
+    from gymnasium import spaces
+
+    out = {}
+    for a in env.agents:
+        space = env.action_space(a)
+        mask = _mask_of(obs.get(a), infos.get(a, {}) or {})
+        if isinstance(space, spaces.Discrete) and mask is not None:
+            out[a] = int(rng.choice(np.flatnonzero(mask))) + int(space.start)
+        elif isinstance(space, spaces.Discrete):
+            out[a] = int(rng.integers(space.n)) + int(space.start)
+        elif isinstance(space, spaces.MultiDiscrete):
+            out[a] = rng.integers(space.nvec)
+        else:
+            out[a] = rng.uniform(space.low, space.high).astype(space.dtype)
+    return out
+
+
+def _episode(env: Any, seed: int, steps: int, action_seed: int = 0) -> list:
+    """Everything an episode returns, up to ``steps`` steps, under random legal actions."""
+    rng = np.random.default_rng(action_seed)
+    obs, infos = env.reset(seed=seed)
+    record = [(obs, infos)]
+    for _ in range(steps):
+        if not env.agents:
+            break
+        out = env.step(_actions(env, obs, infos, rng))
+        obs, infos = out[0], out[4]
+        record.append(out)
+    return record
+
+
+def _same(a: Any, b: Any) -> bool:
+    from gymnasium.utils.env_checker import data_equivalence
+
+    return data_equivalence(a, b)
+
+
+def _check_spaces(env: Any) -> str:
+    bad = []
+    for a in env.possible_agents:
+        if env.observation_space(a) is not env.observation_space(a):
+            bad.append(f"observation_space({a!r})")
+        if env.action_space(a) is not env.action_space(a):
+            bad.append(f"action_space({a!r})")
+    if bad:
+        raise CheckFailed(
+            f"{', '.join(bad[:3])} return a new object on every call; cache them (e.g. build "
+            "them once in __init__, or @functools.lru_cache)"
+        )
+    return f"{len(env.possible_agents)} agents"
+
+
+def _check_observations(env: Any, seed: int, steps: int) -> str:
+    rng = np.random.default_rng(1)
+    obs, infos = env.reset(seed=seed)
+    n = 0
+    for n in range(steps + 1):
+        for a, o in obs.items():
+            space = env.observation_space(a)
+            flat = o["observation"] if isinstance(o, dict) and "observation" in o else o
+            if isinstance(flat, np.ndarray) and flat.dtype.kind == "f" and not np.isfinite(
+                    flat).all():
+                raise CheckFailed(f"step {n}: agent {a!r} observes a non-finite value: {o}")
+            if not space.contains(o):
+                raise CheckFailed(f"step {n}: agent {a!r} observes {o}, outside {space}")
+        for a in env.agents:
+            info = infos.get(a, {}) or {}
+            mask = _mask_of(obs.get(a), info)
+            deciding = info.get("needs_action", True)
+            if mask is not None and deciding and not np.asarray(mask).any():
+                raise CheckFailed(f"step {n}: agent {a!r} must decide but its mask allows "
+                                  "nothing")
+        if not env.agents or n == steps:
+            break
+        obs, _, _, _, infos = env.step(_actions(env, obs, infos, rng))
+    return f"{n} steps"
+
+
+def _check_determinism(env_fn: Callable[[], Any], seed: int, steps: int) -> str:
+    state = (random.getstate(), np.random.get_state())
+    try:
+        random.seed(1)
+        np.random.seed(1)
+        first = _episode(env_fn(), seed, steps)
+        random.seed(2)
+        np.random.seed(2)
+        again = _episode(env_fn(), seed, steps)
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+    if not _same(first, again):
+        raise CheckFailed(
+            f"seed {seed} gave two different episodes when the global random state differed: "
+            "the env draws from random/numpy.random; draw from a generator seeded in reset "
+            "(e.g. self.np_random = np.random.default_rng(seed))"
+        )
+    other = _episode(env_fn(), seed + 1, steps)
+    if _same(first, other):
+        raise CheckFailed(f"seeds {seed} and {seed + 1} gave the same episode: is the seed used?")
+    return f"{len(first) - 1} steps replayed"
+
+
+def _check_pickle(env_fn: Callable[[], Any], seed: int, steps: int) -> str:
+    env = env_fn()
+    try:
+        clone = pickle.loads(pickle.dumps(env))
+    except Exception as exc:
+        import cloudpickle
+
+        try:  # make_vec pickles the factory, not the env: that must work at least
+            cloudpickle.loads(cloudpickle.dumps(env_fn))
+        except Exception:
+            raise CheckFailed(f"neither the env nor its factory pickles: {exc}") from None
+        return f"the env does not pickle ({type(exc).__name__}); its factory does"
+    if not _same(_episode(env, seed, steps), _episode(clone, seed, steps)):
+        raise CheckFailed("the unpickled copy plays another episode for the same seed")
+    return "the copy replays the episode"
+
+
+def _check_vector(env_fn: Callable[[], Any], seed: int, steps: int) -> str:
+    from deszoo.vector import make_vec
+    from deszoo.vector.testing import assert_same_rollouts, rollout
+
+    runs = {}
+    for backend, workers in (("roundrobin", None), ("shm", 2), ("supersuit", 2)):
+        vec = make_vec(env_fn, 2, backend=backend, num_workers=workers, seed=seed)
+        try:
+            runs[backend] = rollout(vec, steps)
+        finally:
+            vec.close()
+    ref = runs.pop("roundrobin")
+    for backend, run in runs.items():
+        try:
+            assert_same_rollouts(ref, run, f"roundrobin vs {backend}")
+        except AssertionError as exc:
+            raise CheckFailed(str(exc)) from None
+    return "roundrobin, shm and supersuit agree"
+
+
+def check(env_fn: Callable[[], Any], seed: int = 0, steps: int = 200) -> list[Verdict]:
+    """Run every check on ``env_fn`` (a class or zero-argument factory); see the module
+    docstring. Returns one :class:`Verdict` per check; later checks are skipped when the
+    env cannot even be built."""
+    import contextlib
+    import io
+    import warnings
+
+    from pettingzoo.test import parallel_api_test, parallel_seed_test
+
+    verdicts: list[Verdict] = []
+
+    def run(name: str, fn: Callable[[], str]) -> bool:
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                warnings.simplefilter("ignore")
+                detail = fn()
+            verdicts.append(Verdict(name, True, detail or ""))
+            return True
+        except CheckFailed as exc:
+            verdicts.append(Verdict(name, False, str(exc)))
+        except Exception as exc:
+            tb = traceback.extract_tb(exc.__traceback__)[-1]
+            where = f" ({tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"
+            verdicts.append(Verdict(name, False, f"{type(exc).__name__}: {exc}{where}"))
+        return False
+
+    def builds() -> str:
+        from pettingzoo import ParallelEnv
+
+        env = env_fn()
+        if not isinstance(env, ParallelEnv) and not hasattr(env, "possible_agents"):
+            raise CheckFailed(f"{type(env).__name__} is not a PettingZoo ParallelEnv")
+        env.reset(seed=seed)
+        return type(env).__name__
+
+    if not run("builds", builds):
+        return verdicts
+    run("spaces", lambda: _check_spaces(env_fn()))
+    run("pettingzoo api", lambda: parallel_api_test(env_fn(), num_cycles=steps) or "passed")
+    run("pettingzoo seed", lambda: parallel_seed_test(env_fn, num_cycles=steps) or "passed")
+    run("observations", lambda: _check_observations(env_fn(), seed, steps))
+    run("determinism", lambda: _check_determinism(env_fn, seed, steps))
+    run("pickle", lambda: _check_pickle(env_fn, seed, steps))
+    run("vector", lambda: _check_vector(functools.partial(_call, env_fn), seed,
+                                        min(steps, 60)))
+    return verdicts
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
+def report(verdicts: list[Verdict]) -> str:
+    """The verdicts as aligned text lines."""
+    width = max(len(v.name) for v in verdicts)
+    return "\n".join(
+        f"{'PASS' if v.ok else 'FAIL'}  {v.name:<{width}}  {v.detail}" for v in verdicts
+    )

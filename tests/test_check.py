@@ -1,0 +1,93 @@
+"""``deszoo check``: every scenario passes; classic bugs of hand-written envs are caught."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import deszoo
+from deszoo.check import check
+from deszoo.vector.plain_envs import Kinds
+
+
+def failed(verdicts) -> dict[str, str]:
+    return {v.name: v.detail for v in verdicts if not v.ok}
+
+
+@pytest.mark.parametrize("name", deszoo.list_envs())
+def test_every_scenario_passes(name):
+    verdicts = check(functools.partial(deszoo.make, name, preset="small"), steps=60)
+    assert not failed(verdicts), failed(verdicts)
+    assert len(verdicts) == 8
+
+
+def test_a_plain_user_env_passes():
+    assert not failed(check(Kinds))
+
+
+class GlobalRNG(Kinds):
+    """Draws its observations from numpy's global random state."""
+
+    def _observe(self):
+        return {a: np.random.random(self._obs[a].shape).astype(np.float32) for a in self.agents}
+
+
+class NewSpaces(Kinds):
+    """Builds a new space object on every call."""
+
+    def observation_space(self, agent):
+        return spaces.Box(0, 1, self._obs[agent].shape, np.float32)
+
+
+class OutOfSpace(Kinds):
+    """Observes values above its space's high bound."""
+
+    def _observe(self):
+        return {a: 2 + self.np_random.random(self._obs[a].shape).astype(np.float32)
+                for a in self.agents}
+
+
+class EmptyMask(Kinds):
+    """The base's mask allows nothing on even steps."""
+
+    def _infos(self):
+        infos = super()._infos()
+        if "base_0" in infos and self.t % 2 == 0:
+            infos["base_0"] = {"action_mask": np.zeros(5, dtype=np.int8)}
+        return infos
+
+
+@pytest.mark.parametrize(("env", "check_name", "words"), [
+    (GlobalRNG, "determinism", "global random state"),
+    (NewSpaces, "spaces", "new object"),
+    (OutOfSpace, "observations", "outside"),
+    (EmptyMask, "observations", "allows nothing"),
+])
+def test_classic_bugs_are_caught(env, check_name, words):
+    found = failed(check(env))
+    assert check_name in found and words in found[check_name], found
+
+
+def test_command_line_exit_codes(tmp_path):
+    (tmp_path / "user_env.py").write_text(
+        "from deszoo.vector.plain_envs import Kinds\n"
+        "import numpy as np\n"
+        "class Bad(Kinds):\n"
+        "    def _observe(self):\n"
+        "        return {a: np.random.random(self._obs[a].shape).astype(np.float32)\n"
+        "                for a in self.agents}\n"
+    )
+    run = functools.partial(subprocess.run, capture_output=True, text=True, cwd=tmp_path,
+                            timeout=120)
+    ok = run([sys.executable, "-m", "deszoo.cli", "check", "user_env:Kinds", "--steps", "30"])
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "8 of 8 checks passed" in ok.stdout
+    bad = run([sys.executable, "-m", "deszoo.cli", "check", "user_env:Bad", "--steps", "30"])
+    assert bad.returncode == 1 and "FAIL  determinism" in bad.stdout
+    missing = run([sys.executable, "-m", "deszoo.cli", "check", "user_env:Nope"])
+    assert missing.returncode == 2 and "has no attribute 'Nope'" in missing.stderr
