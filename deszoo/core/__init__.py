@@ -2,7 +2,7 @@
 
 from deszoo.core.env import NOOP, SimPyParallelEnv
 from deszoo.core.groups import Group, discrete
-from deszoo.core.params import Param
+from deszoo.core.params import COMMON, Param
 from deszoo.core.util import Integrator
 
-__all__ = ["NOOP", "Group", "Integrator", "Param", "SimPyParallelEnv", "discrete"]
+__all__ = ["COMMON", "NOOP", "Group", "Integrator", "Param", "SimPyParallelEnv", "discrete"]
