@@ -10,10 +10,12 @@ Decisions use the bridge's fixed-interval mode: every period (``dt = 1``) all no
 once. Naive ordering rules amplify the variance of orders upstream (the bullwhip effect);
 ``env.bullwhip()`` reports the ratio per echelon.
 
-Quantities in the observation are measured in *order units*: ``u = max_order * mean / (levels -
-1)``, where ``mean`` is the node's mean demand per period, so action ``a`` orders about ``a``
-units (``round(a * u)`` items). ``soft(x) = x / (16 + |x|)`` maps them into ``(-1, 1)``; it is
-monotone and invertible (``x = 16 s / (1 - |s|)``).
+Quantities in the observation are measured in *order units*: ``u = max_order * mean /
+(order_levels - 1)``, where ``mean`` is the node's mean demand per period, so action ``a``
+orders about ``a`` units (``round(a * u)`` items). With ``continuous=True`` the unit is the
+same (``order_levels`` then only sets it), so both action types observe the same numbers.
+``soft(x) = x / (16 + |x|)`` maps them into ``(-1, 1)``; it is monotone and invertible
+(``x = 16 s / (1 - |s|)``).
 
 =================  ======================================================================
 Import             ``from deszoo.envs import supplychain_v0`` /
@@ -21,10 +23,16 @@ Import             ``from deszoo.envs import supplychain_v0`` /
 Agents             ``retailer_j``, ``wholesaler_j``, ``distributor_j``, ``factory_j`` for four
                    echelons; ``retailer_j``, ``tier{l}_j``, ``factory_j`` otherwise
 Action space       ``Discrete(order_levels)``: action ``a`` orders ``round(a * u)`` items;
-                   ``0`` (order nothing) is the no-op
+                   ``0`` (order nothing) is the no-op. ``continuous=True``: ``Box(0,
+                   max_order, (1,), float32)``: action ``a`` orders ``round(a * mean)`` items
+                   (``a`` periods of mean demand); an action outside the box, or NaN,
+                   raises ``InvalidActionError`` (never clipped)
 Action mask        ``a`` is allowed if the order keeps the inventory position (on hand + on
                    order - backlog) within ``(lead + 1 + position_cap)`` periods of mean
-                   demand; ``0`` is always allowed
+                   demand; ``0`` is always allowed. ``continuous=True``: no mask (one entry,
+                   always 1) and ``position_cap`` does not apply (a limit that depends on
+                   the state could only be kept by clipping the order silently); the
+                   bridge refuses ``mask_in_obs``
 Observation space  ``Box(low, high, (13,), float32)``: entries 3, 11 and 12 in [-1, 1],
                    the others in [0, 1]
 Observation        ``[soft(on hand), soft(backlog), soft(on order), soft(inventory
@@ -42,7 +50,7 @@ Truncation         ``max_steps`` periods (default 100) or ``max_time``
 Heuristic          ``heuristic(obs, mask)``: order-up-to (base stock) level
                    ``F (lead + 1) + z sigma sqrt(lead + 1)`` from the node's own forecast
                    ``F`` and error std ``sigma`` (``z = 0.5`` at retailers, 0 upstream),
-                   capped by the mask
+                   capped by the mask; ``Discrete`` actions only
 =================  ======================================================================
 
 Presets: `small` (the classic 4-node beer game, 4 customers per period), `default` (widths
@@ -58,10 +66,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from gymnasium import spaces
 
 from deszoo.core import NOOP, SimPyParallelEnv
-from deszoo.core.groups import discrete
-from deszoo.core.params import COMMON, Param, choice, fraction, int_tuple, integer, real
+from deszoo.core.groups import Group, discrete
+from deszoo.core.params import COMMON, Param, choice, flag, fraction, int_tuple, integer, real
 from deszoo.envs.supplychain.model import SupplyChainModel
 from deszoo.errors import ConfigError
 
@@ -95,13 +104,16 @@ class SupplyChainEnv(SimPyParallelEnv):
         "holding_cost": Param(0.5, real(0), "cost per item on hand per period"),
         "backlog_cost": Param(1.0, real(0), "cost per item backlogged per period"),
         "order_levels": Param(9, integer(2),
-                              "number of actions (order sizes 0 .. max_order periods of "
-                              "demand)"),
+                              "Discrete actions (order sizes 0 .. max_order periods of demand); "
+                              "also sets the observation's order unit"),
         "max_order": Param(2.0, real(0, open_min=True),
                            "largest order, in periods of the node's mean demand"),
         "position_cap": Param(2.0, real(0),
-                              "slack of the inventory-position limit, in periods of mean "
-                              "demand"),
+                              "slack of the inventory-position limit of the Discrete mask, in "
+                              "periods of mean demand (not applied with continuous=True)"),
+        "continuous": Param(False, flag(),
+                            "Box(0, max_order, (1,)) actions (the order in periods of the "
+                            "node's mean demand) instead of Discrete(order_levels)"),
         "reward": Param("local", choice("local", "team"), "the reward (see above)"),
         "max_steps": COMMON["max_steps"].with_default(100),
     }
@@ -132,6 +144,9 @@ class SupplyChainEnv(SimPyParallelEnv):
         names = [f"{titles[lvl]}_{j}" for lvl, w in enumerate(widths) for j in range(w)]
         low = np.zeros(N_OBS)
         low[[3, 11, 12]] = -1.0
+        if p.continuous:
+            box = spaces.Box(low.astype(np.float32), np.ones(N_OBS, dtype=np.float32))
+            return Group(names, box, spaces.Box(0.0, p.max_order, (1,), dtype=np.float32))
         return discrete(names, low, np.ones(N_OBS), p.order_levels)
 
     def _build(self):
@@ -142,12 +157,16 @@ class SupplyChainEnv(SimPyParallelEnv):
         mean = np.asarray(m.mean)
         lead = np.asarray(m.lead, dtype=np.float64)
         self._unit = p.max_order * mean / (levels - 1)  # order unit per node
-        # items ordered by each action, per node
-        self._qty = np.rint(self._unit[:, None] * np.arange(levels)[None, :]).astype(np.int64)
-        self._orders = self._qty.tolist()
-        self._limit = ((lead + 1 + p.position_cap) * mean).tolist()
-        self._mask = np.zeros(levels, dtype=np.int8)
-        self.every(1.0, m.place_order, mask=self._mask_fn, values=self._orders.__getitem__)
+        if p.continuous:  # action a (periods of mean demand) -> round(a * mean) items
+            self._orders = [_order_of(float(x)) for x in mean]
+            self.every(1.0, m.place_order, values=self._orders.__getitem__)
+        else:
+            # items ordered by each action, per node
+            self._qty = np.rint(self._unit[:, None] * np.arange(levels)[None, :]).astype(np.int64)
+            self._orders = self._qty.tolist()
+            self._limit = ((lead + 1 + p.position_cap) * mean).tolist()
+            self._mask = np.zeros(levels, dtype=np.int8)
+            self.every(1.0, m.place_order, mask=self._mask_fn, values=self._orders.__getitem__)
         static = np.zeros((n, N_OBS), dtype=np.float64)
         static[:, 8] = lead / (1 + lead)
         static[:, 9] = np.asarray(m.level) / max(1, len(p.widths) - 1)
@@ -220,6 +239,15 @@ class SupplyChainEnv(SimPyParallelEnv):
 
         return render.draw(self)
 
+
+
+def _order_of(mean: float):
+    """Continuous actions: the items a node ordering ``a`` periods of ``mean`` demand orders."""
+
+    def order(a: np.ndarray) -> int:
+        return round(float(a[0]) * mean)
+
+    return order
 
 
 def _unsoft(s: float) -> float:
