@@ -42,20 +42,6 @@ Heuristic          ``heuristic(obs, mask)``: collective control. With riders: th
                    this car is the nearest free car, else park
 =================  ======================================================================
 
-Arguments:
-    n_floors (int): floors, lobby included (>= 2).
-    n_cars (int): cars, one agent each.
-    capacity (int): passengers per car.
-    arrival_rate (float): passengers per second in the whole building.
-    traffic (tuple): shares of up-peak (lobby to upper floor), down-peak (upper floor to
-        lobby) and inter-floor trips.
-    floor_time (float): seconds to travel one floor.
-    stop_time (float): extra seconds per trip for acceleration and braking.
-    door_time (float): seconds to open and close the doors at a stop.
-    board_time (float): seconds per passenger boarding or leaving.
-    horizon (float): seconds during which passengers arrive.
-    ride_weight (float): weight of riding time against waiting time in the reward.
-
 Presets: `small` (6 floors, 2 cars, 0.08 passengers per second for 20 minutes), `default`
 (12 floors, 4 cars, 0.2 per second for 30 minutes), `large` (120 floors, 64 cars, 3 per
 second for 30 minutes; ``max_steps`` 50000; about 11x the work per step of `small`).
@@ -69,9 +55,9 @@ from __future__ import annotations
 import numpy as np
 
 from deszoo.core import NOOP, SimPyParallelEnv
-from deszoo.core.config import check_ints, check_numbers, is_number
+from deszoo.core.groups import discrete
+from deszoo.core.params import COMMON, Param, integer, real, shares
 from deszoo.envs.elevator.model import DOWN, UP, ElevatorModel
-from deszoo.errors import ConfigError
 
 __all__ = ["ElevatorEnv", "heuristic"]
 
@@ -89,19 +75,24 @@ class ElevatorEnv(SimPyParallelEnv):
         "name": "elevator_v0",
         "render_fps": 8,
     }
-    defaults = {
-        "n_floors": 12,
-        "n_cars": 4,
-        "capacity": 12,
-        "arrival_rate": 0.2,
-        "traffic": (0.4, 0.4, 0.2),
-        "floor_time": 1.5,
-        "stop_time": 2.0,
-        "door_time": 4.0,
-        "board_time": 1.0,
-        "horizon": 1800.0,
-        "ride_weight": 0.5,
-        "max_steps": 20000,
+    params = {
+        "n_floors": Param(12, integer(2), "floors, lobby included"),
+        "n_cars": Param(4, integer(1), "cars, one agent each"),
+        "capacity": Param(12, integer(1), "passengers per car"),
+        "arrival_rate": Param(0.2, real(0, open_min=True),
+                              "passengers per second in the whole building"),
+        "traffic": Param((0.4, 0.4, 0.2), shares(3),
+                         "shares of up-peak (lobby to an upper floor), down-peak (an upper "
+                         "floor to the lobby) and inter-floor trips"),
+        "floor_time": Param(1.5, real(0, open_min=True), "seconds to travel one floor"),
+        "stop_time": Param(2.0, real(0),
+                           "extra seconds per trip for acceleration and braking"),
+        "door_time": Param(4.0, real(0), "seconds to open and close the doors at a stop"),
+        "board_time": Param(1.0, real(0), "seconds per passenger boarding or leaving"),
+        "horizon": Param(1800.0, real(0, open_min=True), "seconds during which passengers arrive"),
+        "ride_weight": Param(0.5, real(0),
+                             "weight of riding time against waiting time in the reward"),
+        "max_steps": COMMON["max_steps"].with_default(20000),
     }
     presets = {
         "small": {"n_floors": 6, "n_cars": 2, "capacity": 8, "arrival_rate": 0.08,
@@ -112,46 +103,23 @@ class ElevatorEnv(SimPyParallelEnv):
     }  # fmt: skip
 
     def _setup(self):
-        c = self.config
-        name = self.metadata["name"]
-        check_ints(c, name, ("n_floors",), minimum=2)
-        check_ints(c, name, ("n_cars", "capacity"))
-        check_numbers(c, name, ("arrival_rate", "floor_time", "horizon"))
-        check_numbers(c, name, ("stop_time", "door_time", "board_time", "ride_weight"),
-                      positive=False)
-        traffic = c["traffic"]
-        if (
-            not isinstance(traffic, (tuple, list))
-            or len(traffic) != 3
-            or not all(is_number(v) and v >= 0 for v in traffic)
-            or not sum(traffic) > 0
-        ):
-            raise ConfigError(
-                f"{name}: traffic={traffic!r} must be three shares >= 0 (up-peak, down-peak, "
-                "inter-floor) with a positive sum"
-            )
-        n_f = c["n_floors"]
-        size = GLOBAL + FLOOR * n_f
-        names = [f"car_{i}" for i in range(c["n_cars"])]
-        return names, np.zeros(size), np.ones(size), n_f + 1
+        p = self.p
+        size = GLOBAL + FLOOR * p.n_floors
+        names = [f"car_{i}" for i in range(p.n_cars)]
+        return discrete(names, np.zeros(size), np.ones(size), p.n_floors + 1)
 
     def _build(self):
-        c = self.config
+        p = self.p
         self.model = ElevatorModel(
-            self.sim, self.rng, c["n_floors"], c["n_cars"], c["capacity"],
-            float(c["arrival_rate"]), tuple(float(v) for v in c["traffic"]),
-            float(c["floor_time"]), float(c["stop_time"]), float(c["door_time"]),
-            float(c["board_time"]), float(c["horizon"]), self._choose,
-            on_all_done=self.end_episode,
-        )  # fmt: skip
-        n, n_f = c["n_cars"], c["n_floors"]
+            self.sim, self.rng, p, self._choose, on_all_done=self.end_episode
+        )
+        n, n_f = p.n_cars, p.n_floors
+        self._targets = [None, *range(n_f)]  # action k: park (0) or floor k - 1
         self._mask = np.zeros(self.n_actions, dtype=np.int8)
         self._floors = np.arange(n_f)
         self._index_c = np.arange(n)
         self._others = 1.0 / max(1, n - 1)
-        self._obs = np.zeros((n, GLOBAL + FLOOR * n_f), dtype=np.float32)
         self._calls = np.zeros((n, n_f))
-        self._fresh = False
         self.model.start()
 
     # ---- model callbacks ------------------------------------------------------------
@@ -172,24 +140,22 @@ class ElevatorEnv(SimPyParallelEnv):
             mask[1:] = 1
             mask[f + 1] = 0
             mask[NOOP] = model.may_park(car)
-        return self.decide(c, mask)
+        return self.decide(c, mask, values=self._targets)
 
     def _flush(self, until: float) -> None:
         wait, ride = self.model.take_areas(until)
         n = len(ride)
         self.rew_buf -= (
-            (wait / n + self.config["ride_weight"] * np.asarray(ride)) / MINUTE
+            (wait / n + self.p.ride_weight * np.asarray(ride)) / MINUTE
         ).astype(np.float32)
-        self._fresh = False
 
     # ---- observations ---------------------------------------------------------------
-    def _refresh(self) -> None:
+    def _observe_all(self, obs: np.ndarray) -> None:
         """Every car's observation at once (vectorised over cars and floors)."""
-        model, c = self.model, self.config
+        model, p = self.model, self.p
         cars = model.cars
-        n, n_f = len(cars), c["n_floors"]
+        n, n_f = len(cars), p.n_floors
         now = self.sim.now
-        obs = self._obs
         pos = np.array([car.floor for car in cars])
         target = np.array([car.target if car.moving else car.floor for car in cars])
         direction = np.array([car.direction for car in cars])
@@ -199,10 +165,10 @@ class ElevatorEnv(SimPyParallelEnv):
         obs[:, 1] = moving
         obs[:, 2] = direction > 0
         obs[:, 3] = direction < 0
-        obs[:, 4] = load / c["capacity"]
+        obs[:, 4] = load / p.capacity
         obs[:, 5] = [car.parked for car in cars]
-        obs[:, 6] = [self.needs_action(i) for i in range(n)]
-        obs[:, 7] = min(1.0, now / c["horizon"])
+        obs[:, 6] = self.needs_buf
+        obs[:, 7] = min(1.0, now / p.horizon)
         # building: hall queues (same for every car)
         counts = np.array(model.hall_count, dtype=np.float64)  # (n_f, 2)
         oldest = np.zeros((n_f, 2))
@@ -211,7 +177,7 @@ class ElevatorEnv(SimPyParallelEnv):
                 oldest[f, UP] = now - up[0].arrived
             if down:
                 oldest[f, DOWN] = now - down[0].arrived
-        floor_block = obs[:, GLOBAL:].reshape(n, n_f, FLOOR)
+        floor_block = obs[:, GLOBAL:].reshape(n, n_f, FLOOR)  # a view: rows are contiguous
         floor_block[:, :, 0:2] = counts / (counts + K_COUNT)
         floor_block[:, :, 2:4] = oldest / (oldest + K_WAIT)
         calls = self._calls  # (n, n_f); only cars with riders have nonzero rows
@@ -229,12 +195,6 @@ class ElevatorEnv(SimPyParallelEnv):
         key = np.abs(pos[:, None] - self._floors[None, :]) * n + self._index_c[:, None]
         nearer = key[free][None, :, :] < key[:, None, :]  # [car, free car, floor]
         floor_block[:, :, 6] = nearer.sum(axis=1) * self._others
-        self._fresh = True
-
-    def _observe(self, i: int, out: np.ndarray) -> None:
-        if not self._fresh:
-            self._refresh()
-        out[:] = self._obs[i]
 
     def _render_text(self) -> str:
         m = self.model

@@ -6,8 +6,8 @@ down-peak trip (an upper floor to the lobby) or an inter-floor trip, in the prop
 served) until a car going that way takes them.
 
 Each car is a process. At a stop the riders for that floor leave, then the car asks
-``choose(c)`` for its next target: the returned event's value is ``0`` to park (wait, doors
-open, until a new passenger arrives anywhere in the building) or ``1 + floor``. The waiting
+``choose(c)`` for its next target: the returned event's value is ``None`` to park (wait, doors
+open, until a new passenger arrives anywhere in the building) or the target floor. The waiting
 passengers of the chosen direction board (up to the capacity), the doors take ``door_time``
 plus ``board_time`` per passenger in or out, and the car travels nonstop to the target, or to
 the nearest destination of a rider if that comes first. Travel takes ``floor_time`` per floor
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import simpy
@@ -74,30 +74,38 @@ class Car:
         return -1
 
 
-@dataclass
 class ElevatorModel:
-    sim: simpy.Environment
-    rng: np.random.Generator
-    n_floors: int
-    n_cars: int
-    capacity: int
-    arrival_rate: float  # passengers per second, whole building
-    traffic: tuple[float, float, float]  # up-peak, down-peak, inter-floor shares
-    floor_time: float
-    stop_time: float
-    door_time: float
-    board_time: float
-    horizon: float
-    choose: Callable[[int], simpy.Event]
-    on_all_done: Callable[[], None] = lambda: None
-    cars: list[Car] = field(default_factory=list)
-    hall: list[tuple[deque, deque]] = field(default_factory=list)
-    waiting: int = 0
-    arrived: int = 0
-    delivered: int = 0
-    total_wait: float = 0.0
-    total_journey: float = 0.0
-    arrivals_over: bool = False
+    """The building. ``p`` holds the parameters (``n_floors``, ``n_cars``, ``capacity``,
+    ``arrival_rate`` passengers per second in the whole building, ``traffic`` shares of
+    up-peak, down-peak and inter-floor trips, ``floor_time``, ``stop_time``, ``door_time``,
+    ``board_time``, ``horizon``); ``choose(c)`` is the event a stopped or woken car waits on:
+    its value is the target floor, or ``None`` to park."""
+
+    def __init__(
+        self,
+        sim: simpy.Environment,
+        rng: np.random.Generator,
+        p: Any,
+        choose: Callable[[int], simpy.Event],
+        on_all_done: Callable[[], None] = lambda: None,
+    ):
+        self.sim, self.rng, self.p = sim, rng, p
+        self.n_floors, self.n_cars, self.capacity = p.n_floors, p.n_cars, p.capacity
+        # plain floats, read on the hot path (the parameters may be ints)
+        self.arrival_rate = float(p.arrival_rate)
+        self.traffic = tuple(float(v) for v in p.traffic)
+        self.floor_time, self.stop_time = float(p.floor_time), float(p.stop_time)
+        self.door_time, self.board_time = float(p.door_time), float(p.board_time)
+        self.horizon = float(p.horizon)
+        self.choose, self.on_all_done = choose, on_all_done
+        self.cars: list[Car] = []
+        self.hall: list[tuple[deque, deque]] = []
+        self.waiting = 0
+        self.arrived = 0
+        self.delivered = 0
+        self.total_wait = 0.0
+        self.total_journey = 0.0
+        self.arrivals_over = False
 
     def start(self) -> None:
         n_f = self.n_floors
@@ -248,12 +256,11 @@ class ElevatorModel:
         sim = self.sim
         yield from self._park(car)
         while True:
-            choice = yield self.choose(car.index)
-            if choice == 0:
+            target = yield self.choose(car.index)
+            if target is None:
                 car.leaving = 0
                 yield from self._park(car)
                 continue
-            target = choice - 1
             d = 1 if target > car.floor else -1
             boarded = self._board(car, d)
             car.direction = d

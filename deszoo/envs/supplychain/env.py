@@ -10,10 +10,12 @@ Decisions use the bridge's fixed-interval mode: every period (``dt = 1``) all no
 once. Naive ordering rules amplify the variance of orders upstream (the bullwhip effect);
 ``env.bullwhip()`` reports the ratio per echelon.
 
-Quantities in the observation are measured in *order units*: ``u = max_order * mean / (levels -
-1)``, where ``mean`` is the node's mean demand per period, so action ``a`` orders about ``a``
-units (``round(a * u)`` items). ``soft(x) = x / (16 + |x|)`` maps them into ``(-1, 1)``; it is
-monotone and invertible (``x = 16 s / (1 - |s|)``).
+Quantities in the observation are measured in *order units*: ``u = max_order * mean /
+(order_levels - 1)``, where ``mean`` is the node's mean demand per period, so action ``a``
+orders about ``a`` units (``round(a * u)`` items). With ``continuous=True`` the unit is the
+same (``order_levels`` then only sets it), so both action types observe the same numbers.
+``soft(x) = x / (16 + |x|)`` maps them into ``(-1, 1)``; it is monotone and invertible
+(``x = 16 s / (1 - |s|)``).
 
 =================  ======================================================================
 Import             ``from deszoo.envs import supplychain_v0`` /
@@ -21,10 +23,16 @@ Import             ``from deszoo.envs import supplychain_v0`` /
 Agents             ``retailer_j``, ``wholesaler_j``, ``distributor_j``, ``factory_j`` for four
                    echelons; ``retailer_j``, ``tier{l}_j``, ``factory_j`` otherwise
 Action space       ``Discrete(order_levels)``: action ``a`` orders ``round(a * u)`` items;
-                   ``0`` (order nothing) is the no-op
+                   ``0`` (order nothing) is the no-op. ``continuous=True``: ``Box(0,
+                   max_order, (1,), float32)``: action ``a`` orders ``round(a * mean)`` items
+                   (``a`` periods of mean demand); an action outside the box, or NaN,
+                   raises ``InvalidActionError`` (never clipped)
 Action mask        ``a`` is allowed if the order keeps the inventory position (on hand + on
                    order - backlog) within ``(lead + 1 + position_cap)`` periods of mean
-                   demand; ``0`` is always allowed
+                   demand; ``0`` is always allowed. ``continuous=True``: no mask (one entry,
+                   always 1) and ``position_cap`` does not apply (a limit that depends on
+                   the state could only be kept by clipping the order silently); the
+                   bridge refuses ``mask_in_obs``
 Observation space  ``Box(low, high, (13,), float32)``: entries 3, 11 and 12 in [-1, 1],
                    the others in [0, 1]
 Observation        ``[soft(on hand), soft(backlog), soft(on order), soft(inventory
@@ -42,25 +50,8 @@ Truncation         ``max_steps`` periods (default 100) or ``max_time``
 Heuristic          ``heuristic(obs, mask)``: order-up-to (base stock) level
                    ``F (lead + 1) + z sigma sqrt(lead + 1)`` from the node's own forecast
                    ``F`` and error std ``sigma`` (``z = 0.5`` at retailers, 0 upstream),
-                   capped by the mask
+                   capped by the mask; ``Discrete`` actions only
 =================  ======================================================================
-
-Arguments:
-    widths (tuple): nodes per echelon, retailers first; must not grow upstream.
-    demand_rate (float): customers per period at each retailer (Poisson).
-    seasonality (float): amplitude ``a`` in ``[0, 1)`` of the demand factor
-        ``1 + a sin(2 pi t / season)``.
-    season (float): length of the seasonal cycle in periods.
-    order_delay (int): periods for an order to reach the supplier (>= 0).
-    ship_delay (int): periods a shipment travels (>= 1).
-    production_delay (int): periods a factory's production takes (>= 1).
-    initial_inventory (float): periods of mean demand on hand at the start.
-    holding_cost (float): cost per item on hand per period.
-    backlog_cost (float): cost per item backlogged per period.
-    order_levels (int): number of actions (order sizes ``0 .. max_order`` periods of demand).
-    max_order (float): largest order, in periods of the node's mean demand.
-    position_cap (float): slack of the inventory-position limit, in periods of mean demand.
-    reward (str): ``"local"`` or ``"team"``.
 
 Presets: `small` (the classic 4-node beer game, 4 customers per period), `default` (widths
 ``(4, 2, 2, 1)``, 9 nodes, 8 customers per period per retailer), `large` (widths
@@ -75,9 +66,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from gymnasium import spaces
 
 from deszoo.core import NOOP, SimPyParallelEnv
-from deszoo.core.config import check_fraction, check_ints, check_numbers, is_int
+from deszoo.core.groups import Group, discrete
+from deszoo.core.params import COMMON, Param, choice, flag, fraction, int_tuple, integer, real
 from deszoo.envs.supplychain.model import SupplyChainModel
 from deszoo.errors import ConfigError
 
@@ -96,22 +89,33 @@ class SupplyChainEnv(SimPyParallelEnv):
         "name": "supplychain_v0",
         "render_fps": 2,
     }
-    defaults = {
-        "widths": (4, 2, 2, 1),
-        "demand_rate": 8.0,
-        "seasonality": 0.25,
-        "season": 52.0,
-        "order_delay": 1,
-        "ship_delay": 2,
-        "production_delay": 2,
-        "initial_inventory": 3.0,
-        "holding_cost": 0.5,
-        "backlog_cost": 1.0,
-        "order_levels": 9,
-        "max_order": 2.0,
-        "position_cap": 2.0,
-        "reward": "local",
-        "max_steps": 100,
+    params = {
+        "widths": Param((4, 2, 2, 1), int_tuple(1),
+                        "nodes per echelon, retailers first; must not grow upstream"),
+        "demand_rate": Param(8.0, real(0, open_min=True),
+                             "customers per period at each retailer (Poisson)"),
+        "seasonality": Param(0.25, fraction(),
+                             "amplitude a of the demand factor 1 + a sin(2 pi t / season)"),
+        "season": Param(52.0, real(0, open_min=True), "length of the seasonal cycle in periods"),
+        "order_delay": Param(1, integer(0), "periods for an order to reach the supplier"),
+        "ship_delay": Param(2, integer(1), "periods a shipment travels"),
+        "production_delay": Param(2, integer(1), "periods a factory's production takes"),
+        "initial_inventory": Param(3.0, real(0), "periods of mean demand on hand at the start"),
+        "holding_cost": Param(0.5, real(0), "cost per item on hand per period"),
+        "backlog_cost": Param(1.0, real(0), "cost per item backlogged per period"),
+        "order_levels": Param(9, integer(2),
+                              "Discrete actions (order sizes 0 .. max_order periods of demand); "
+                              "also sets the observation's order unit"),
+        "max_order": Param(2.0, real(0, open_min=True),
+                           "largest order, in periods of the node's mean demand"),
+        "position_cap": Param(2.0, real(0),
+                              "slack of the inventory-position limit of the Discrete mask, in "
+                              "periods of mean demand (not applied with continuous=True)"),
+        "continuous": Param(False, flag(),
+                            "Box(0, max_order, (1,)) actions (the order in periods of the "
+                            "node's mean demand) instead of Discrete(order_levels)"),
+        "reward": Param("local", choice("local", "team"), "the reward (see above)"),
+        "max_steps": COMMON["max_steps"].with_default(100),
     }
     presets = {
         "small": {"widths": (1, 1, 1, 1), "demand_rate": 4.0},
@@ -120,35 +124,17 @@ class SupplyChainEnv(SimPyParallelEnv):
     }
 
     def _setup(self):
-        c = self.config
-        name = self.metadata["name"]
-        widths = c["widths"]
-        if (
-            not isinstance(widths, (tuple, list))
-            or not widths
-            or not all(is_int(w) and w >= 1 for w in widths)
-        ):
-            raise ConfigError(
-                f"{name}: widths={widths!r} must be a non-empty tuple of positive ints"
-            )
+        p, name = self.p, self.metadata["name"]
+        widths = p.widths
         if any(b > a for a, b in zip(widths, widths[1:], strict=False)):
             raise ConfigError(
                 f"{name}: widths={tuple(widths)!r} must not grow upstream (retailers first), "
                 "so that every node has at least one buyer"
             )
-        check_numbers(c, name, ("demand_rate", "season", "max_order"))
-        check_numbers(c, name, ("initial_inventory", "holding_cost", "backlog_cost",
-                                "position_cap"), positive=False)
-        check_fraction(c, name, "seasonality")
-        check_ints(c, name, ("order_delay",), minimum=0)
-        check_ints(c, name, ("ship_delay", "production_delay"))
-        check_ints(c, name, ("order_levels",), minimum=2)
-        if c["max_steps"] is None and c["max_time"] is None:
+        if p.max_steps is None and p.max_time is None:
             raise ConfigError(
                 f"{name}: the chain never terminates; set max_steps (periods) or max_time"
             )
-        if c["reward"] not in ("local", "team"):
-            raise ConfigError(f"{name}: reward={c['reward']!r}; valid: 'local', 'team'")
         depth = len(widths)
         if depth == 4:
             titles = ["retailer", "wholesaler", "distributor", "factory"]
@@ -158,35 +144,34 @@ class SupplyChainEnv(SimPyParallelEnv):
         names = [f"{titles[lvl]}_{j}" for lvl, w in enumerate(widths) for j in range(w)]
         low = np.zeros(N_OBS)
         low[[3, 11, 12]] = -1.0
-        return names, low, np.ones(N_OBS), c["order_levels"]
+        if p.continuous:
+            box = spaces.Box(low.astype(np.float32), np.ones(N_OBS, dtype=np.float32))
+            return Group(names, box, spaces.Box(0.0, p.max_order, (1,), dtype=np.float32))
+        return discrete(names, low, np.ones(N_OBS), p.order_levels)
 
     def _build(self):
-        c = self.config
-        self.model = m = SupplyChainModel(
-            self.sim, self.rng, tuple(c["widths"]), float(c["demand_rate"]),
-            float(c["seasonality"]), float(c["season"]), c["order_delay"], c["ship_delay"],
-            c["production_delay"], float(c["initial_inventory"]), float(c["holding_cost"]),
-            float(c["backlog_cost"]),
-        )  # fmt: skip
+        p = self.p
+        self.model = m = SupplyChainModel(self.sim, self.rng, p)
         m.start()
-        n, levels = m.n_nodes, c["order_levels"]
+        n, levels = m.n_nodes, p.order_levels
         mean = np.asarray(m.mean)
-        self._unit = c["max_order"] * mean / (levels - 1)  # order unit per node
-        # items ordered by each action, per node
-        self._qty = np.rint(self._unit[:, None] * np.arange(levels)[None, :]).astype(np.int64)
-        self._qty_list = self._qty.tolist()
         lead = np.asarray(m.lead, dtype=np.float64)
-        self._limit = ((lead + 1 + c["position_cap"]) * mean).tolist()
-        self._mask = np.zeros(levels, dtype=np.int8)
-        depth = len(c["widths"])
+        self._unit = p.max_order * mean / (levels - 1)  # order unit per node
+        if p.continuous:  # action a (periods of mean demand) -> round(a * mean) items
+            self._orders = [_order_of(float(x)) for x in mean]
+            self.every(1.0, m.place_order, values=self._orders.__getitem__)
+        else:
+            # items ordered by each action, per node
+            self._qty = np.rint(self._unit[:, None] * np.arange(levels)[None, :]).astype(np.int64)
+            self._orders = self._qty.tolist()
+            self._limit = ((lead + 1 + p.position_cap) * mean).tolist()
+            self._mask = np.zeros(levels, dtype=np.int8)
+            self.every(1.0, m.place_order, mask=self._mask_fn, values=self._orders.__getitem__)
         static = np.zeros((n, N_OBS), dtype=np.float64)
         static[:, 8] = lead / (1 + lead)
-        static[:, 9] = np.asarray(m.level) / max(1, depth - 1)
+        static[:, 9] = np.asarray(m.level) / max(1, len(p.widths) - 1)
         self._static = static
-        self._obs = np.zeros((n, N_OBS), dtype=np.float32)
-        self._fresh = False
-        self._closed = 0.0
-        self.start_periodic(1.0, self._mask_fn, self._apply)
+        self._rolled = 0.0  # the last period boundary at which the statistics rolled
 
     # ---- periodic decisions ---------------------------------------------------------
     def _mask_fn(self, i: int) -> np.ndarray:
@@ -196,26 +181,23 @@ class SupplyChainEnv(SimPyParallelEnv):
         mask[NOOP] = 1
         return mask
 
-    def _apply(self, i: int, action: int) -> None:
-        self.model.place_order(i, self._qty_list[i][action])
-
     def _flush(self, until: float) -> None:
-        m = self.model
-        costs = np.asarray(m.take_costs(until)) / self.config["demand_rate"]
-        if self.config["reward"] == "team":
+        m, p = self.model, self.p
+        costs = np.asarray(m.take_costs(until)) / p.demand_rate
+        if p.reward == "team":
             self.rew_buf -= np.float32(costs.sum() / len(costs))
         else:
             self.rew_buf -= costs.astype(np.float32)
-        if until >= self._closed + 1.0:  # a period boundary: roll the demand statistics
-            self._closed = math.floor(until)
+        # A period boundary: roll the demand statistics once all of the boundary's events
+        # have run, before the nodes observe and order.
+        if until >= self._rolled + 1.0:
+            self._rolled = math.floor(until)
             m.close_period()
-        self._fresh = False
 
     # ---- observations ---------------------------------------------------------------
-    def _refresh(self) -> None:
+    def _observe_all(self, obs: np.ndarray) -> None:
         """Every node's observation at once (vectorised over nodes)."""
-        m = self.model
-        u = self._unit
+        m, p = self.model, self.p
         on_hand = np.asarray(m.on_hand, dtype=np.float64)
         backlog = np.asarray(m.backlog, dtype=np.float64)
         on_order = np.asarray(m.on_order, dtype=np.float64)
@@ -228,22 +210,15 @@ class SupplyChainEnv(SimPyParallelEnv):
         x[:, 5] = m.forecast
         x[:, 6] = np.sqrt(m.variance)
         x[:, 7] = m.last_order
-        x /= u[:, None]
-        obs = self._static.copy()
+        x /= self._unit[:, None]
+        obs[:] = self._static
         obs[:, :8] = x / (SCALE + np.abs(x))
         now = self.sim.now
-        steps = self.config["max_steps"]
+        steps = p.max_steps
         obs[:, 10] = min(1.0, now / steps) if steps else 0.0
-        phase = 2 * math.pi * now / self.config["season"]
+        phase = 2 * math.pi * now / p.season
         obs[:, 11] = math.sin(phase)
         obs[:, 12] = math.cos(phase)
-        self._obs[:] = obs
-        self._fresh = True
-
-    def _observe(self, i: int, out: np.ndarray) -> None:
-        if not self._fresh:
-            self._refresh()
-        out[:] = self._obs[i]
 
     def bullwhip(self) -> list[float]:
         """Variance of each echelon's orders per period / variance of customer demand."""
@@ -264,6 +239,15 @@ class SupplyChainEnv(SimPyParallelEnv):
 
         return render.draw(self)
 
+
+
+def _order_of(mean: float):
+    """Continuous actions: the items a node ordering ``a`` periods of ``mean`` demand orders."""
+
+    def order(a: np.ndarray) -> int:
+        return round(float(a[0]) * mean)
+
+    return order
 
 
 def _unsoft(s: float) -> float:

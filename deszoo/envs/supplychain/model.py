@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import simpy
@@ -33,35 +33,39 @@ __all__ = ["SupplyChainModel", "FORECAST_ALPHA"]
 FORECAST_ALPHA = 0.2  # smoothing of each node's demand forecast (exponential smoothing)
 
 
-@dataclass
 class SupplyChainModel:
-    sim: simpy.Environment
-    rng: np.random.Generator
-    widths: tuple[int, ...]
-    demand_rate: float  # customers per period per retailer
-    seasonality: float  # amplitude of the seasonal factor 1 + a sin(2 pi t / season)
-    season: float
-    order_delay: int
-    ship_delay: int
-    production_delay: int
-    initial_inventory: float  # periods of mean demand on hand at the start
-    holding_cost: float  # per unit on hand and period
-    backlog_cost: float  # per unit backlogged and period
-    # per node (index: echelon-major, retailers first)
-    level: list[int] = field(default_factory=list)
-    supplier: list[int] = field(default_factory=list)  # -1 for factories
-    mean: list[float] = field(default_factory=list)  # mean demand per period through the node
-    lead: list[int] = field(default_factory=list)  # periods from order to delivery
-    on_hand: list[int] = field(default_factory=list)
-    backlog: list[int] = field(default_factory=list)  # units owed downstream / to customers
-    on_order: list[int] = field(default_factory=list)  # ordered, not yet received
-    last_order: list[int] = field(default_factory=list)
-    last_demand: list[float] = field(default_factory=list)  # demand in the last period
-    forecast: list[float] = field(default_factory=list)
-    variance: list[float] = field(default_factory=list)  # smoothed squared forecast error
-    orders_log: list[list[int]] = field(default_factory=list)
-    demand_log: list[int] = field(default_factory=list)  # customer demand per period, chain
-    period: int = 0
+    """The chain. ``p`` holds the parameters (``widths``, ``demand_rate`` customers per
+    period per retailer, ``seasonality`` amplitude of the seasonal factor ``1 + a sin(2 pi t /
+    season)``, ``season``, ``order_delay``, ``ship_delay``, ``production_delay``,
+    ``initial_inventory`` periods of mean demand on hand at the start, ``holding_cost`` per
+    unit on hand and period, ``backlog_cost`` per unit backlogged and period). Per-node lists
+    are indexed echelon-major, retailers first."""
+
+    def __init__(self, sim: simpy.Environment, rng: np.random.Generator, p: Any):
+        self.sim, self.rng, self.p = sim, rng, p
+        # plain numbers, read on the hot path (the parameters may be ints)
+        self.widths: tuple[int, ...] = tuple(p.widths)
+        self.demand_rate = float(p.demand_rate)
+        self.seasonality, self.season = float(p.seasonality), float(p.season)
+        self.order_delay, self.ship_delay = p.order_delay, p.ship_delay
+        self.production_delay = p.production_delay
+        self.initial_inventory = float(p.initial_inventory)
+        self.holding_cost, self.backlog_cost = float(p.holding_cost), float(p.backlog_cost)
+        # per node, filled by start()
+        self.level: list[int] = []
+        self.supplier: list[int] = []  # -1 for factories
+        self.mean: list[float] = []  # mean demand per period through the node
+        self.lead: list[int] = []  # periods from order to delivery
+        self.on_hand: list[int] = []
+        self.backlog: list[int] = []  # units owed downstream / to customers
+        self.on_order: list[int] = []  # ordered, not yet received
+        self.last_order: list[int] = []
+        self.last_demand: list[float] = []  # demand in the last period
+        self.forecast: list[float] = []
+        self.variance: list[float] = []  # smoothed squared forecast error
+        self.orders_log: list[list[int]] = []
+        self.demand_log: list[int] = []  # customer demand per period, chain
+        self.period = 0
 
     def start(self) -> None:
         widths = self.widths
