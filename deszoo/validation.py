@@ -8,6 +8,7 @@ SimPy model's own state and compares with a closed form:
 ``loadbalance_run``         one pool of ``c`` servers: M/M/c (Erlang C) or, with patience,
                             M/M/c+M (Erlang A); Little's law from the model's counters
 ``elevator_little``         Little's law for waiting and for time in the building
+``ridehail_little``         Little's law for the open (not yet accepted) requests
 ``jobshop_single_machine``  one machine, jobs released at (about) time 0: Smith's rule
 ``supplychain_base_stock``  one stock point, Poisson demand, fixed lead time, order-up-to
                             ``S`` reviewed every period: fill rate, mean on hand, backlog
