@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from gymnasium import spaces
 from pettingzoo.test import parallel_api_test
 from test_vector import BACKENDS, vec_of
 
+import deszoo
 from deszoo.errors import ConfigError, InvalidActionError
 from deszoo.vector import make_vec
 from deszoo.vector.plain_envs import Continuous, Kinds
@@ -19,7 +22,12 @@ def test_the_plain_envs_pass_pettingzoo(env):
     parallel_api_test(env(), num_cycles=50)
 
 
-@pytest.mark.parametrize("env", [Kinds, Continuous])
+CONTINUOUS_CHAIN = functools.partial(deszoo.make, "supplychain_v0", preset="small",
+                                     continuous=True, max_steps=12)
+
+
+@pytest.mark.parametrize("env", [Kinds, Continuous, CONTINUOUS_CHAIN],
+                         ids=["kinds", "continuous", "supplychain-continuous"])
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
 def test_a_plain_parallel_env_is_bit_identical_on_every_backend(env, mode, backend_opts):
     runs = {}
@@ -32,7 +40,7 @@ def test_a_plain_parallel_env_is_bit_identical_on_every_backend(env, mode, backe
     ref = runs.pop("roundrobin")
     assert sum(int((s["term"] | s["trunc"]).any()) for s in ref[1:]) >= 2
     for name, run in runs.items():
-        assert_same_rollouts(ref, run, f"{env.__name__} {mode} roundrobin vs {name}")
+        assert_same_rollouts(ref, run, f"{mode} roundrobin vs {name}")
 
 
 def test_kinds_are_padded_rows_with_a_kind_id():
