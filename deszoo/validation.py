@@ -436,19 +436,36 @@ def ridehail_little(seed: int, **params) -> dict[str, float]:
 
 
 # ---- jobshop: one machine ---------------------------------------------------------------------
-def jobshop_single_machine(seed: int, n_jobs: int, utilization: float) -> dict:
+def jobshop_single_machine(seed: int, n_jobs: int, utilization: float = 0.95,
+                           at_zero: bool = False) -> dict:
     """``jobshop_v0`` reduced to one machine and single-operation jobs, run with its heuristic.
 
     With a huge ``utilization`` the jobs arrive within about ``1e-9`` of time 0; with
-    ``utilization=inf`` every gap is exactly 0 (all jobs released at t = 0). Returns the
-    processing times and weights, the order the machine ran them in (by ``done_at``) and the
-    model's total weighted completion time ``sum w_j done_at_j``.
+    ``at_zero`` every job is released at exactly t = 0 (the model's arrival process is
+    replaced for this run). Returns the processing times and weights, the order the machine
+    ran them in (by ``done_at``) and the model's total weighted completion time
+    ``sum w_j done_at_j``.
     """
+    from deszoo.envs.jobshop.model import JobShopModel
+
+    def all_at_zero(model):
+        for jid in range(model.n_jobs):
+            job = model._new_job(jid)
+            model.jobs.append(job)
+            model._release(job)
+        yield model.sim.timeout(0)
+
     env = make(
         "jobshop_v0", n_machines=1, n_jobs=n_jobs, max_ops=1, flexibility=1.0,
         utilization=utilization, queue_slots=max(8, n_jobs), invalid_action="raise",
     )  # fmt: skip
-    env.reset_arrays(seed)
+    original = JobShopModel._arrivals
+    if at_zero:
+        JobShopModel._arrivals = all_at_zero
+    try:
+        env.reset_arrays(seed)
+    finally:
+        JobShopModel._arrivals = original
     heuristic = env_module("jobshop_v0").heuristic
     _drive(env, lambda i: heuristic(env.obs_buf[i], env.mask_buf[i]))
     jobs = env.model.jobs

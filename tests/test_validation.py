@@ -177,17 +177,13 @@ def test_jobshop_one_machine_runs_wspt_after_the_first_job(seed):
     assert r["value"] == pytest.approx(best, rel=1e-9)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jobshop_v0 mask bug: with utilization=inf every job is queued at t = 0, the "
-    "observation shows all of them, but the mask (set when the machine asked, before the "
-    "others arrived at the same instant) allows slot 0 only, so job 0 runs first",
-)
 def test_jobshop_one_machine_jobs_released_at_zero_follow_smiths_rule():
-    """utilization=inf: all jobs released at exactly t = 0, so WSPT (the heuristic) gives the
-    brute-force minimum of the total weighted completion time over all 7! orders."""
+    """All jobs released at exactly t = 0: WSPT (the heuristic) gives the brute-force minimum
+    of the total weighted completion time over all 7! orders. (This found a bug: the mask
+    was set when the machine asked, before the jobs arriving at that instant, so only slot 0
+    was allowed; masks are now refreshed with the observation.)"""
     for seed in range(10):
-        r = v.jobshop_single_machine(seed, n_jobs=7, utilization=math.inf)
+        r = v.jobshop_single_machine(seed, n_jobs=7, at_zero=True)
         assert r["last_release"] == 0.0
         best, _ = v.best_order(r["p"], r["w"])
         assert r["value"] == pytest.approx(best, rel=1e-9), seed

@@ -98,11 +98,16 @@ class JobShopEnv(SimPyParallelEnv):
         self.model.start()
 
     def _choose(self, m: int):
+        # The mask is refreshed with the observation (jobs may still arrive at this instant),
+        # and action j means the operation in slot j - 1 of the queue as observed.
         queue = self.model.queues[m]
-        k = self.p.queue_slots
+        return self.decide(m, self._slots_mask(len(queue)),
+                           values=lambda j: queue[j - 1] if j else None)
+
+    def _slots_mask(self, queued: int) -> np.ndarray:
         mask = np.zeros(self.n_actions, dtype=np.int8)
-        mask[1 : 1 + min(len(queue), k)] = 1
-        return self.decide(m, mask, values=[None, *queue[:k]])  # action j: slot j - 1
+        mask[1 : 1 + min(queued, self.p.queue_slots)] = 1
+        return mask
 
     def _on_route(self, m: int, op: Operation) -> None:
         self._wip.add(self.sim.now, m, op.job.weight)
@@ -129,6 +134,8 @@ class JobShopEnv(SimPyParallelEnv):
         obs[:, GLOBAL:] = 0.0
         scale = 4 * pmax
         max_ops = model.max_ops
+        for i in np.flatnonzero(self.needs_buf):  # masks match the queues observed
+            self.mask_buf[i] = self._slots_mask(len(model.queues[i]))
         for i, queue in enumerate(model.queues):
             out = obs[i]
             for s, op in enumerate(queue[:k]):
