@@ -48,3 +48,10 @@ def test_the_tutorial_shows_the_example_and_counts_its_lines():
     lines = [s for s in wrapper.splitlines() if s.strip() and not s.strip().startswith("#")]
     claim = re.search(r"What you write: (\d+) lines", page)
     assert claim and int(claim.group(1)) == len(lines), (claim and claim.group(1), len(lines))
+
+
+def test_scenario_pages_are_generated_from_the_code():
+    """docs/envs/*.md are what ``python -m deszoo.docs`` writes (no drift)."""
+    from deszoo.docs import write_pages
+
+    assert write_pages(check=True) == [], "run python -m deszoo.docs"
