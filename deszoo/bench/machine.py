@@ -23,16 +23,10 @@ __all__ = [
     "worker_pids",
 ]
 
+from deszoo.vector import usable_cores  # noqa: E402  (one copy, re-exported here)
+
 PACKAGES = ("deszoo", "simpy", "pettingzoo", "gymnasium", "numpy", "supersuit", "ray")
 """Packages whose versions every machine record lists (``null`` when not installed)."""
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity), not the machine's total."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def worker_counts(cores: int | None = None) -> list[int]:

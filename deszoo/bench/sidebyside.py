@@ -1,6 +1,6 @@
 """Side-by-side throughput of the vector backends, and where the parent's time goes.
 
-Run ``python -m deszoo.vector._measure`` (``--help`` for options). It is a measurement,
+Run ``python -m deszoo.bench.sidebyside`` (``--help`` for options). It is a measurement,
 not a test: the machine is shared and has few cores, so compare ratios within one run.
 
 For each scenario it reports env-steps/s of a plain loop over the envs (no vector env),
@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 import deszoo
+from deszoo.bench.machine import free_cores
 from deszoo.vector import make_vec
 from deszoo.vector.testing import legal_last
 
@@ -30,30 +31,6 @@ SCENARIOS = {
     "light": ("jobshop_v0", {}),
     "heavy": ("traffic_v0", {"preset": "large"}),
 }
-
-
-def _spin(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    x = 0
-    while time.perf_counter() < end:
-        x += 1
-
-
-def free_cores(seconds: float = 1.0, procs: int = 2) -> float:
-    """CPU seconds per wall second that ``procs`` spinning processes get: cores free now."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
-    workers = [ctx.Process(target=_spin, args=(seconds,)) for _ in range(procs)]
-    c0 = os.times()
-    start = time.perf_counter()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    wall = time.perf_counter() - start
-    c1 = os.times()
-    return (c1.children_user - c0.children_user + c1.children_system - c0.children_system) / wall
 
 
 class PlainLoop:
@@ -131,8 +108,8 @@ def measure(which: list[str], num_envs: int, seconds: float, profile: bool,
     the backends, so their ratios stay meaningful even when absolute rates move.
     """
     lines = [
-        f"load average {os.getloadavg()[0]:.2f}; 2 spinning processes got "
-        f"{free_cores():.2f} cores (2.00 = an idle 2-core machine)"
+        f"load average {os.getloadavg()[0]:.2f}; free cores {free_cores(1.0)} (one "
+        "spinning process per usable core: their CPU time / wall time)"
     ]
     for key in which:
         name, kwargs = SCENARIOS[key]
@@ -183,7 +160,7 @@ def measure(which: list[str], num_envs: int, seconds: float, profile: bool,
         finally:
             for r in runners:
                 r.close()
-    lines.append(f"after: 2 spinning processes got {free_cores():.2f} cores")
+    lines.append(f"after: free cores {free_cores(1.0)}")
     return lines
 
 
