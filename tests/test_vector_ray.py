@@ -117,20 +117,18 @@ def test_missing_ray_says_how_to_install(monkeypatch):
 
 
 # ---- per_node=True: one actor per node, each running a shm pool ------------------------
-def two_pools(**kwargs):
+def make_pools(env, num_envs, chunk_bytes=None, **kwargs):
     """A ``per_node`` vector env with two node actors on the session's one node (1 and 2
-    workers), as a two-node cluster would have."""
+    workers), as a two-node cluster would have; replies cut in ``chunk_bytes`` pieces."""
+    from deszoo.vector import _spec
     from deszoo.vector.ray_nodes import RayNodeVecEnv
 
+    cls = RayNodeVecEnv
+    if chunk_bytes is not None:
+        cls = type("SmallChunks", (RayNodeVecEnv,), {"chunk_bytes": chunk_bytes})
     node = ray.get_runtime_context().get_node_id()
-    return functools.partial(RayNodeVecEnv, nodes=[(node, 1), (node, 2)], **kwargs)
-
-
-def make_pools(env, num_envs, **kwargs):
-    from deszoo.vector import _spec
-
     env_kwargs = {k: kwargs.pop(k) for k in ("preset", "max_steps") if k in kwargs}
-    return two_pools()(_spec(env, num_envs, env_kwargs), **kwargs)
+    return cls(_spec(env, num_envs, env_kwargs), nodes=[(node, 1), (node, 2)], **kwargs)
 
 
 @pytest.mark.parametrize("scenario, mode", [
@@ -138,10 +136,12 @@ def make_pools(env, num_envs, **kwargs):
     ("jobshop_v0", "SameStep"), ("ridehail_v0", "SameStep"), ("supplychain_v0", "SameStep"),
 ])
 def test_per_node_pools_are_bit_identical(scenario, mode):
-    """Two node actors (1 + 2 shm workers, 5 envs split 2/2/1) give roundrobin's bytes."""
+    """Two node actors (1 + 2 shm workers, 5 envs split 2/2/1) give roundrobin's bytes;
+    in NextStep mode their replies come in chunks of 1000 bytes (as large replies do)."""
     kwargs = scenario_kwargs(scenario)
     ref = make_vec(scenario, 5, backend="roundrobin", seed=11, autoreset_mode=mode, **kwargs)
-    vec = make_pools(scenario, 5, seed=11, autoreset_mode=mode, **kwargs)
+    chunk = 1000 if mode == "NextStep" else None
+    vec = make_pools(scenario, 5, chunk, seed=11, autoreset_mode=mode, **kwargs)
     try:
         assert vec.node_workers() == [[0], [1, 2]]
         assert [w.count for w in vec._workers] == [2, 2, 1]

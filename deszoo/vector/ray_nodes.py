@@ -55,6 +55,11 @@ __all__ = ["RayNodeVecEnv", "alive_nodes", "share"]
 # goes elsewhere).
 NODE_ACTOR_OPTIONS = {"max_restarts": 0, "max_task_retries": 0, "num_cpus": 0}
 DATA_COMMANDS = ("step", "reset", "rebuild")  # commands whose reply carries the rows
+# Ray sends a return value of up to 100 KiB inline with the call's answer and a larger one
+# through its object store, which costs milliseconds more per call (measured: ridehail_v0,
+# 16 envs per node, 390 KB). So a larger reply comes back in chunks of this size, each its
+# own return value.
+CHUNK = 96 * 1024
 
 
 def alive_nodes() -> list[tuple[str, int]]:
@@ -135,6 +140,7 @@ class _NodeHost:
         events: np.ndarray,
         same_step: bool,
         pool_options: dict,
+        chunk: int = CHUNK,
     ):
         import ray
 
@@ -152,13 +158,14 @@ class _NodeHost:
             sizes = [p.nbytes for p in self.parts]
             self.offsets = dict(zip(names, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
             self.block = np.empty(sum(sizes), dtype=np.uint8)
+            self.chunks = [self.block[a : a + chunk] for a in range(0, len(self.block), chunk)]
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
     def launch(self, seeds: dict[int, list | None]) -> tuple:
         """(Re)start pool workers ``j`` whose envs start with ``seeds[j]``; wait for them.
 
-        Returns ``(actor info, offsets, {j: (kind, pid, detail)})``.
+        Returns ``(actor info, (offsets, chunks per reply), {j: (kind, pid, detail)})``.
         """
         if self.error is not None:
             return self.info, None, {j: ("boot_failed", None, self.error) for j in seeds}
@@ -177,7 +184,7 @@ class _NodeHost:
             r = replies[w.index]
             pid = w.handle.proc.pid if w.handle is not None else None
             out[w.index] = (r.kind, pid, r.detail)
-        return self.info, self.offsets, out
+        return self.info, (self.offsets, len(self.chunks)), out
 
     def run(self, command: str, workers: list[int] | None, payload: Any,
             actions: np.ndarray | None) -> tuple:
@@ -185,7 +192,9 @@ class _NodeHost:
 
         Returns ``(block, replies)``: ``block`` packs the node's rows (step, reset,
         rebuild), ``replies`` is ``None`` when every worker answered ``ok`` with nothing
-        to report, else ``[(j, kind, failures, value, detail), ...]``.
+        to report, else ``[(j, kind, failures, value, detail), ...]``. With more than one
+        chunk: ``(replies, chunk 0, chunk 1, ...)``, one return value each (``None``
+        chunks when there is no block).
         """
         pool = self.pool
         if actions is not None:
@@ -201,18 +210,19 @@ class _NodeHost:
         if command != "step":
             payload = {j: self._local(command, p) for j, p in payload.items()}
         replies = pool._exchange(live, command, payload) if live else {}
-        block = None
-        if command in DATA_COMMANDS:
+        data = command in DATA_COMMANDS
+        if data:
             np.concatenate(self.parts, out=self.block)
-            block = self.block
-        if not notes and all(r.kind == "ok" and not r.failures and r.value is None
-                             for r in replies.values()):
-            return block, None
-        for j, r in replies.items():
-            for f in r.failures:
-                f.env_index += self.first
-            notes.append((j, r.kind, r.failures, r.value, r.detail))
-        return block, notes
+        if notes or not all(r.kind == "ok" and not r.failures and r.value is None
+                            for r in replies.values()):
+            for j, r in replies.items():
+                for f in r.failures:
+                    f.env_index += self.first
+                notes.append((j, r.kind, r.failures, r.value, r.detail))
+        reply = notes or None
+        if len(self.chunks) == 1:
+            return (self.block if data else None), reply
+        return (reply, *(self.chunks if data else [None] * len(self.chunks)))
 
     def _local(self, command: str, payload: Any) -> Any:
         """A command's arguments with batch-wide env indices made the pool's."""
@@ -247,11 +257,12 @@ class _Node:
     pid: int | None = None
     ip: str | None = None
     node_id: str | None = None
-    inflight: dict = field(default_factory=dict)  # ref -> (kind, [worker indices])
+    inflight: dict = field(default_factory=dict)  # first ref -> (kind, [workers], refs)
     command: str | None = None  # the command being gathered for one call
     pending: dict = field(default_factory=dict)  # pool worker j -> payload
     launches: dict = field(default_factory=dict)  # pool worker j -> reset seeds
     copies: list | None = None  # whole-node copy plan
+    run: Any = None  # the actor's ``run`` method, with as many returns as its reply has
 
 
 @dataclass
@@ -287,6 +298,7 @@ class RayNodeVecEnv(RayVecEnv):
     """
 
     per_node = True
+    chunk_bytes = CHUNK  # largest return value of a node actor's reply
     _actor_body = _NodeHost
     _actor_defaults = NODE_ACTOR_OPTIONS
 
@@ -369,7 +381,8 @@ class RayNodeVecEnv(RayVecEnv):
         spec = dataclasses.replace(self.sim_spec, num_sims=node.count)
         events = self._bufs.events[node.first : node.first + node.count].copy()
         node.handle = self._actor_cls.options(**opts).remote(
-            spec, node.first, len(node.workers), events, self._same_step, self._pool_options)
+            spec, node.first, len(node.workers), events, self._same_step, self._pool_options,
+            self.chunk_bytes)
         self._handles.append(node.handle)
         node.generation += 1
         node.lost = False
@@ -412,7 +425,7 @@ class RayNodeVecEnv(RayVecEnv):
     def _send(self, node: _Node) -> None:
         if node.launches:
             ref = node.handle.launch.remote(node.launches)
-            node.inflight[ref] = ("boot", [node.workers[j] for j in node.launches])
+            node.inflight[ref] = ("boot", [node.workers[j] for j in node.launches], [ref])
             node.launches = {}
         if node.pending:
             command, pending = node.command, node.pending
@@ -421,9 +434,10 @@ class RayNodeVecEnv(RayVecEnv):
             actions = (self._bufs.act[node.first * n : (node.first + node.count) * n]
                        if command == "step" else None)
             payload = next(iter(pending.values())) if command == "step" else pending
-            ref = node.handle.run.remote(command, None if every else sorted(pending), payload,
-                                         actions)
-            node.inflight[ref] = (command, [node.workers[j] for j in sorted(pending)])
+            refs = node.run.remote(command, None if every else sorted(pending), payload, actions)
+            if not isinstance(refs, list):
+                refs = [refs]
+            node.inflight[refs[0]] = (command, [node.workers[j] for j in sorted(pending)], refs)
             node.command, node.pending = None, {}
 
     def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
@@ -434,20 +448,25 @@ class RayNodeVecEnv(RayVecEnv):
         owner = {ref: node for node in self._nodes for ref in node.inflight}
         if not owner:
             return []
-        busy = sum(len(ws) for node in self._nodes for _, ws in node.inflight.values())
+        busy = sum(len(ws) for node in self._nodes for _, ws, _ in node.inflight.values())
         ray = self._ray
         ready, _ = ray.wait(list(owner), num_returns=len(owner) if want >= busy else 1,
                             timeout=max(0.0, deadline - time.monotonic()) + self._grace)
-        try:
-            values = ray.get(ready)
+        calls = [(owner[ref], *owner[ref].inflight.pop(ref)) for ref in ready]
+        try:  # one get for every answer (a call's return values come together)
+            values = ray.get([r for *_, refs in calls for r in refs])
         except self._errors:
             values = None
         out: list[Reply] = []
-        for k, ref in enumerate(ready):
-            node = owner[ref]
-            kind, ws = node.inflight.pop(ref)
+        at = 0
+        for node, kind, ws, refs in calls:
             try:
-                value = values[k] if values is not None else ray.get(ref)
+                got = values[at : at + len(refs)] if values is not None else ray.get(refs)
+                at += len(refs)
+                if len(refs) == 1:
+                    value = got[0]
+                else:  # (replies, chunks...) -> (block, replies)
+                    value = (None if got[1] is None else np.concatenate(got[1:]), got[0])
             except self._errors as exc:
                 node.lost = True
                 reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -463,8 +482,12 @@ class RayNodeVecEnv(RayVecEnv):
         if kind == "boot":
             info, offsets, results = value
             node.pid, node.ip, node.node_id = info
-            if offsets is not None and node.copies is None:
-                node.copies = self._plan(node, offsets)
+            if offsets is not None:
+                offsets, chunks = offsets
+                if node.copies is None:
+                    node.copies = self._plan(node, offsets)
+                node.run = (node.handle.run if chunks == 1
+                            else node.handle.run.options(num_returns=chunks + 1))
             for j, (k, pid, detail) in results.items():
                 i = node.workers[j]
                 self._workers[i].handle.pid = pid
@@ -512,7 +535,7 @@ class RayNodeVecEnv(RayVecEnv):
         if slot is None:
             return
         node = self._nodes[slot.node]
-        waiting = any(w.index in ws for _, ws in node.inflight.values())
+        waiting = any(w.index in ws for _, ws, _ in node.inflight.values())
         if node.handle is not None and slot.generation == node.generation and (
             node.lost or waiting
         ):
@@ -525,7 +548,7 @@ class RayNodeVecEnv(RayVecEnv):
         except Exception:
             pass
         self._handles[:] = [h for h in self._handles if h is not node.handle]
-        for _, ws in node.inflight.values():  # calls that will never answer
+        for _, ws, _ in node.inflight.values():  # calls that will never answer
             self._early += [Reply(i, "died", detail=" (its node actor was killed)")
                             for i in ws if self._workers[i].busy]
         node.handle = None
