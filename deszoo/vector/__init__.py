@@ -246,7 +246,7 @@ def make_vec(
             most one per env). See ``docs/distributed.md``.
         spin_us: ``shm`` (and ``ray`` with ``per_node``) only: microseconds an idle worker
             polls for its next command before it sleeps (default: 300 when each worker can
-            have a core, else 0).
+            have a core, else 0; 0 in ``ray`` pools).
         **env_kwargs: scenario arguments (``preset="small"``, ...), only with a name.
 
     Returns:

@@ -290,7 +290,9 @@ class RayNodeVecEnv(RayVecEnv):
         nodes: ``[(Ray node id, CPUs), ...]`` to use; default: every alive node with CPUs
             (:func:`alive_nodes`). A node id may repeat (several pools on one node).
         start_method: the pools' multiprocessing start method (default: the platform's).
-        spin_us: the pools' ``spin_us`` (see :class:`~deszoo.vector.shm.ShmVecEnv`).
+        spin_us: how long an idle pool worker polls for its next command before it sleeps
+            (see :class:`~deszoo.vector.shm.ShmVecEnv`); default 0: the next command comes
+            through a Ray call, a millisecond later, so spinning would only burn the core.
         actor_options: Ray options for the node actors, over ``num_cpus=0,
             max_restarts=0`` and a soft affinity to their node.
         boot_timeout, close_timeout: as for :class:`RayVecEnv`.
@@ -311,7 +313,7 @@ class RayNodeVecEnv(RayVecEnv):
         address: str | None = None,
         nodes: list[tuple[str, int]] | None = None,
         start_method: str | None = None,
-        spin_us: float | None = None,
+        spin_us: float = 0.0,
         actor_options: dict | None = None,
         boot_timeout: float | None = None,
         close_timeout: float = 5.0,
@@ -327,9 +329,7 @@ class RayNodeVecEnv(RayVecEnv):
                 f"start_method={start_method!r}; valid: None or one of "
                 f"{mp.get_all_start_methods()}"
             ) from None
-        if spin_us is not None and not (
-            isinstance(spin_us, (int, float)) and 0 <= spin_us < float("inf")
-        ):
+        if not (isinstance(spin_us, (int, float)) and 0 <= spin_us < float("inf")):
             raise ConfigError(f"spin_us={spin_us!r} must be a number >= 0 (microseconds)")
         started = ensure_ray(address)
         if nodes is None:
