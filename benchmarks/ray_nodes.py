@@ -62,7 +62,7 @@ def measure(scenario: str, num_envs: int, seconds: float, slice_s: float, cpus: 
             rates[r.label] = rate = r.steps / r.wall
             where = ""
             if getattr(r.vec, "per_node", False):
-                where = f", nodes {sorted({ip for ip, _ in r.vec.worker_nodes()})}"
+                where = f", on {len({nid for _, nid in r.vec.worker_nodes()})} nodes"
             lines.append(f"  {r.label:24s} {rate:9.0f} env-steps/s, parent "
                          f"{1e6 * r.parent_cpu / r.steps:6.1f} us CPU per env step{where}")
         shm, group, node = (rates[label] for label, _ in backends(cpus, shm_workers))

@@ -248,3 +248,28 @@ def test_per_node_restart_of_envs_in_every_worker():
         assert not infos["restarted"].any() and infos["live"].all()
     finally:
         vec.close()
+
+
+def test_per_node_async_mode_matches_sync():
+    """send/recv over two node actors (one worker per recv) give the sync run's rows."""
+    vec = make_pools(toy(), 6, seed=4, batch_size=2)
+    ref = make_vec(toy(), 6, seed=4, backend="roundrobin")
+    try:
+        vec.async_reset()
+        ref_obs, ref_infos = ref.reset()
+        got = {}
+        for _ in range(3):  # the initial observations, in finishing order
+            obs, _, _, _, infos = vec.recv()
+            got.update(zip(infos["env_id"].tolist(), obs, strict=True))
+            vec.send(legal_last(infos["action_mask"]), infos["env_id"])
+        np.testing.assert_array_equal(np.stack([got[r] for r in range(18)]), ref_obs)
+        ref_obs, *_ = ref.step(legal_last(ref_infos["action_mask"]))
+        got = {}
+        for _ in range(3):
+            obs, _, _, _, infos = vec.recv()
+            got.update(zip(infos["env_id"].tolist(), obs, strict=True))
+            vec.send(legal_last(infos["action_mask"]), infos["env_id"])
+        np.testing.assert_array_equal(np.stack([got[r] for r in range(18)]), ref_obs)
+    finally:
+        vec.close()
+        ref.close()
