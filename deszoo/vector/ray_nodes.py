@@ -26,6 +26,7 @@ See ``docs/distributed.md``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import time
@@ -50,9 +51,12 @@ from deszoo.vector.shm import ShmVecEnv
 
 __all__ = ["RayNodeVecEnv", "alive_nodes", "share"]
 
+log = logging.getLogger(__name__)
+
 # Node actors reserve no CPU (their pools' workers use the node's cores, which Ray does not
-# see); each is placed on its node with a soft node affinity (a lost node's replacement
-# goes elsewhere).
+# see). Each is pinned to its node (a hard node affinity: a soft one let Ray put two pools
+# on one node when the other was slow to start a worker process); the replacement of a
+# lost node's actor goes wherever Ray places it.
 NODE_ACTOR_OPTIONS = {"max_restarts": 0, "max_task_retries": 0, "num_cpus": 0}
 DATA_COMMANDS = ("step", "reset", "rebuild")  # commands whose reply carries the rows
 # Ray sends a return value of up to 100 KiB inline with the call's answer and a larger one
@@ -247,7 +251,7 @@ class _Node:
     """The parent's record of one node actor and the workers (consecutive) it hosts."""
 
     index: int
-    target: str | None  # the Ray node id it is placed on (softly)
+    target: str | None  # the Ray node id it is placed on (None: where Ray places it)
     workers: list[int]
     first: int
     count: int
@@ -294,7 +298,8 @@ class RayNodeVecEnv(RayVecEnv):
             (see :class:`~deszoo.vector.shm.ShmVecEnv`); default 0: the next command comes
             through a Ray call, a millisecond later, so spinning would only burn the core.
         actor_options: Ray options for the node actors, over ``num_cpus=0,
-            max_restarts=0`` and a soft affinity to their node.
+            max_restarts=0`` and an affinity to their node (given a
+            ``scheduling_strategy``, the actors go where it says).
         boot_timeout, close_timeout: as for :class:`RayVecEnv`.
         **options: ``batch_size``, ``on_error``, ``autoreset_mode``, ``copy``.
     """
@@ -374,10 +379,16 @@ class RayNodeVecEnv(RayVecEnv):
     # ---- transport ------------------------------------------------------------------
     def _new_actor(self, node: _Node) -> None:
         opts = {}
+        if node.generation and node.target is not None and node.target not in dict(
+            alive_nodes()
+        ):
+            log.warning("Ray node %s is gone; node actor %d goes where Ray places it",
+                        node.target, node.index)
+            node.target = None
         if self._placement and node.target is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node.target, soft=True)
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node.target, soft=False)
         spec = dataclasses.replace(self.sim_spec, num_sims=node.count)
         events = self._bufs.events[node.first : node.first + node.count].copy()
         node.handle = self._actor_cls.options(**opts).remote(
@@ -470,8 +481,8 @@ class RayNodeVecEnv(RayVecEnv):
             except self._errors as exc:
                 node.lost = True
                 reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                detail = (f" with its node actor (ray: {type(exc).__name__}: {reason}); its "
-                          "envs were lost")
+                detail = (f" (its node actor was lost; ray: {type(exc).__name__}: {reason}); "
+                          "its envs were lost")
                 out += [Reply(i, "died", detail=detail) for i in ws]
                 continue
             out += self._replies(node, kind, ws, value)
