@@ -31,6 +31,7 @@ import os
 import signal
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -419,7 +420,8 @@ class RayNodeVecEnv(RayVecEnv):
         node.command = command
         node.pending[slot.j] = payload
 
-    def _post_all(self, ws, command, payloads=None) -> None:
+    def _post_all(self, ws: Sequence[Worker], command: str, payloads: Any = None) -> None:
+        """Gather the commands per node, then send each node one call."""
         super()._post_all(ws, command, payloads)
         self._flush()
 
@@ -501,7 +503,8 @@ class RayNodeVecEnv(RayVecEnv):
                             else node.handle.run.options(num_returns=chunks + 1))
             for j, (k, pid, detail) in results.items():
                 i = node.workers[j]
-                self._workers[i].handle.pid = pid
+                if self._workers[i].handle is not None:
+                    self._workers[i].handle.pid = pid
                 out.append(Reply(i, "booted" if k == "booted" else "boot_failed",
                                  detail=detail or k))
             return out
