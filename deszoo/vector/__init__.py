@@ -11,7 +11,8 @@ Example::
 
 Backends: ``roundrobin`` (one process), ``supersuit`` (SuperSuit's multiprocess
 vectorization, seeded correctly), ``shm`` (our shared-memory workers, sync or async) and
-``ray`` (Ray actors, on one machine or a cluster; ``pip install 'deszoo[ray]'``).
+``ray`` (Ray actors, on one machine or a cluster; with ``per_node=True`` one actor per node,
+each running a ``shm`` pool of its cores; ``pip install 'deszoo[ray]'``).
 Every backend returns bit-identical results for the same seed and actions. See
 ``docs/vector.md``.
 """
