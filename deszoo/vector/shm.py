@@ -7,14 +7,22 @@ base class's, this module is only the transport:
   final observations, masks, actions, rewards, flags, per-env clocks and event counts.
   Each env's own per-agent arrays are views of its rows, so stepping an env writes the
   batch in place (no copy, no pickle).
-* A command is a sequence number and a code in a small shared control block, plus one
-  doorbell byte down the worker's pipe. The worker runs a command once per new sequence
-  number, so handing a batch out again after a Ctrl-C is harmless. An idle worker polls
-  its control slot for ``spin_us`` before it sleeps on the doorbell.
-* Each worker answers with one 12-byte message on a results pipe that all workers share,
-  so the parent waits with a single ``poll``, which also watches every worker's process
-  sentinel: a killed worker is seen at once. No lock is shared with the workers, so a
-  worker killed at any moment cannot block the parent.
+* A small control block has one 64-byte slot per worker: the command (a sequence number
+  and a code) written by the parent, the answer (the sequence number done, tagged with the
+  worker's generation, and a status) written by the worker, and the worker's "asleep"
+  flag. The worker runs a command once per new sequence number, so handing a batch out
+  again after a Ctrl-C is harmless.
+* An idle worker watches its slot for ``spin_us``, then raises its asleep flag and sleeps
+  on its doorbell pipe; the parent writes a doorbell byte only to a worker whose flag is
+  up. Answers are read from the control block; a worker writes a wake-up byte to the one
+  results pipe that all workers share only when the parent may be waiting for it: on a
+  sync step only the last worker to finish does (each checks the others' slots), so the
+  parent sleeps in one ``poll`` and wakes once per batch step. That ``poll`` also watches
+  every worker's process sentinel, so a killed worker is seen at once. Both sides write
+  their flag, then a memory barrier, then read the other's (Dekker style), so a wake-up
+  is never missed on x86; elsewhere every sleep is also cut to 50 ms as a safety net. No
+  lock is shared with the workers, so a worker killed at any moment cannot block the
+  parent.
 * Pickles go over a second, per-worker pipe only for rare things: reset seeds, calls,
   rebuilds, errors.
 """
@@ -25,7 +33,7 @@ import logging
 import os
 import select
 import signal
-import struct
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -45,11 +53,45 @@ log = logging.getLogger(__name__)
 CODES = {"step": 1, "reset": 2, "call": 3, "rebuild": 4, "close": 5}
 STEP_SAME = 6  # "step" with same-step autoreset
 COMMANDS = {1: "step", 2: "reset", 3: "call", 4: "rebuild", 5: "close", 6: "step"}
+LAST_ONLY = 16  # code flag: wake the parent only if no other worker is still busy
 PAYLOAD = {"reset", "call", "rebuild"}  # commands whose arguments travel pickled
-# Answers (worker -> parent): worker index, status, generation, sequence number.
-MSG = struct.Struct("<HBxII")
+# A worker's control slot (int64 fields; one cache line each, so workers never share one).
+CMD, CODE, DONE, STATUS, ASLEEP = range(5)
+SLOT = 8
+SEQ_BITS = 40  # DONE holds generation << SEQ_BITS | sequence number
+SEQ_MASK = (1 << SEQ_BITS) - 1
 BOOTED, BOOT_FAILED, OK, OK_DATA = 0, 1, 2, 3
 DOORBELL = b"\x01"
+# Longest sleep on either side before the control block is looked at again: a safety net
+# for memory models where the barrier below is not a full one (never needed on x86).
+NET = 0.05
+
+
+def _control(raw: Any, num_workers: int) -> memoryview:
+    """The control block: ``num_workers`` slots of ``SLOT`` int64, 64-byte aligned."""
+    mem = memoryview(raw).cast("B")
+    offset = -np.frombuffer(raw, dtype=np.uint8).ctypes.data % 64
+    return mem[offset : offset + 8 * SLOT * num_workers].cast("q")
+
+
+def _fence_of(lock: Any) -> Any:
+    """A full memory barrier: taking and releasing a private lock runs a locked
+    instruction (x86), which orders this process's earlier stores before its later loads."""
+    acquire, release = lock.acquire, lock.release
+
+    def fence() -> None:
+        acquire()
+        release()
+
+    return fence
+
+
+def _all_done(ctl: memoryview, num_workers: int) -> bool:
+    """No worker has a command it has not answered."""
+    for j in range(0, num_workers * SLOT, SLOT):
+        if ctl[j + CMD] != ctl[j + DONE] & SEQ_MASK:
+            return False
+    return True
 
 
 def _worker_main(
@@ -73,11 +115,22 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
     for conn in inherited:  # under fork: the parent's ends of other pipes (EOF detection)
         conn.close()
+    ctl = _control(control, num_workers)
+    base = index * SLOT
+    cmd = base + CMD
+    tag = generation << SEQ_BITS
     out = results.fileno()
+    fence = _fence_of(threading.Lock())
     last = 0
 
-    def answer(status: int) -> None:
-        os.write(out, MSG.pack(index, status, generation, last))
+    def answer(status: int, always: bool = True) -> None:
+        ctl[base + STATUS] = status
+        ctl[base + DONE] = tag | last
+        if not always:
+            fence()
+            if not _all_done(ctl, num_workers):
+                return  # the parent waits for another worker, which wakes it
+        os.write(out, DOORBELL)
 
     try:
         bufs = Buffers(layout, memory, fresh=False)  # only this worker's rows are written
@@ -90,45 +143,51 @@ def _worker_main(
         answer(BOOT_FAILED)
         msgs.send(f"{type(exc).__name__}: {exc}\nworker traceback:\n{traceback.format_exc()}")
         return
-    ctl = np.frombuffer(control, dtype=np.int64).reshape(num_workers, 2)[index]
     answer(BOOTED)
     fd = doorbell.fileno()
+    bell = select.poll()
+    bell.register(fd, select.POLLIN)
     clock = time.perf_counter
     while True:
-        if spin:
-            # Watch the control slot for a moment before sleeping in read(): a worker that
-            # sleeps costs a wake-up (tens of us) on every step of a light scenario.
-            end = clock() + spin
-            while ctl[0] == last and clock() < end:
-                pass
-        try:
-            ring = os.read(fd, 64)  # the doorbell (and any duplicates of it)
-        except OSError:
-            return
-        if not ring:  # EOF: the parent is gone
-            group.close()
-            return
-        seq = int(ctl[0])
-        if seq == last:
-            continue  # a duplicate doorbell of a command already run
-        last, code = seq, int(ctl[1])
-        command = COMMANDS.get(code)
+        if ctl[cmd] == last:
+            if spin:
+                # Watch the slot for a moment before sleeping: a worker that sleeps costs
+                # a wake-up (tens of us) on every step of a light scenario.
+                end = clock() + spin
+                while ctl[cmd] == last and clock() < end:
+                    pass
+            if ctl[cmd] == last:
+                ctl[base + ASLEEP] = 1
+                fence()
+                if ctl[cmd] == last and bell.poll(NET * 1000.0):
+                    try:
+                        ring = os.read(fd, 64)  # the doorbell (and any stale ones)
+                    except OSError:
+                        return
+                    if not ring:  # EOF: the parent is gone
+                        group.close()
+                        return
+                ctl[base + ASLEEP] = 0
+                continue
+        seq = ctl[cmd]
+        last, code = seq, ctl[base + CODE]
+        command = COMMANDS.get(code & ~LAST_ONLY)
         if command == "close" or command is None:
             group.close()
             return
         if command == "step":
-            failures, value = group.step(code == STEP_SAME), None
+            failures, value = group.step(code & ~LAST_ONLY == STEP_SAME), None
         else:
             while True:  # skip arguments of a command handed out twice
-                tag, payload = msgs.recv()
-                if tag == seq:
+                sent, payload = msgs.recv()
+                if sent == seq:
                     break
             failures, value = group.run(command, payload)
         if failures or value is not None:
-            answer(OK_DATA)  # before the data, as above
+            answer(OK_DATA, not code & LAST_ONLY)  # before the data, as above
             msgs.send((seq, failures, value))
         else:
-            answer(OK)
+            answer(OK, not code & LAST_ONLY)
 
 
 @dataclass
@@ -140,7 +199,11 @@ class _Proc:
     msgs: Any  # duplex Connection for pickled arguments and answers
     fd: int
     sentinel: int
+    base: int  # index of its slot in the control block
+    tag: int  # its generation, as in its answers
     seq: int = 0
+    expect: int = -1  # the answer to the command in flight: tag | seq
+    kept: tuple[int, Reply] | None = None  # an answer whose data was read: (expect, reply)
     dead: bool = False
 
     def describe(self) -> str:
@@ -150,7 +213,7 @@ class _Proc:
 class _Processes:
     """Everything the finalizer needs to stop the workers (no reference to the env)."""
 
-    def __init__(self, control: np.ndarray, close_timeout: float):
+    def __init__(self, control: memoryview, close_timeout: float):
         self.procs: dict[int, _Proc] = {}
         self.conns: list = []
         self.control = control
@@ -158,11 +221,11 @@ class _Processes:
 
     def stop(self) -> None:
         """Ask every worker to close, wait ``close_timeout``, kill stragglers; idempotent."""
-        for w, p in self.procs.items():
+        for p in self.procs.values():
             if p.proc.is_alive():
                 p.seq += 1
-                self.control[w, 1] = CODES["close"]
-                self.control[w, 0] = p.seq
+                self.control[p.base + CODE] = CODES["close"]
+                self.control[p.base + CMD] = p.seq
                 try:
                     os.write(p.fd, DOORBELL)
                 except OSError:
@@ -240,8 +303,9 @@ class ShmVecEnv(DeszooVecEnv):
             ) from None
         self.start_method = self._ctx.get_start_method()
         self._memory = self._ctx.RawArray("B", self.layout.nbytes())
-        self._control = self._ctx.RawArray("q", 2 * self.num_workers)
-        self._ctl = np.frombuffer(self._control, dtype=np.int64).reshape(self.num_workers, 2)
+        self._control = self._ctx.RawArray("B", 8 * SLOT * self.num_workers + 64)
+        self._ctl = _control(self._control, self.num_workers)
+        self._fence = _fence_of(threading.Lock())
         self._bufs = Buffers(self.layout, self._memory)
         self._results_r, self._results_w = self._ctx.Pipe(duplex=False)
         self._results_fd = self._results_r.fileno()
@@ -249,6 +313,7 @@ class ShmVecEnv(DeszooVecEnv):
         self._poller.register(self._results_fd, select.POLLIN)
         self._by_sentinel: dict[int, Worker] = {}
         self._early: dict[int, Reply] = {}  # replies known without waiting (dead on posting)
+        self._ok = [Reply(i, "ok") for i in range(self.num_workers)]  # shared, never changed
         self._procs = _Processes(self._ctl, float(close_timeout))
         self._procs.conns += [self._results_r, self._results_w]
         self._finalizer = weakref.finalize(self, self._procs.stop)
@@ -264,7 +329,9 @@ class ShmVecEnv(DeszooVecEnv):
             inherited = [self._results_r, door_w, msgs_parent] + [
                 c for p in self._procs.procs.values() for c in (p.doorbell, p.msgs)
             ]
-        self._ctl[w.index] = (0, 0)
+        base = w.index * SLOT
+        for field in range(SLOT):
+            self._ctl[base + field] = -1 if field == DONE else 0  # DONE -1: no answer yet
         proc = ctx.Process(
             target=_worker_main,
             name=f"deszoo-shm-{w.index}",
@@ -278,7 +345,9 @@ class ShmVecEnv(DeszooVecEnv):
         proc.start()
         door_r.close()
         msgs_child.close()
-        p = _Proc(proc, door_w, msgs_parent, door_w.fileno(), proc.sentinel)
+        tag = w.generation << SEQ_BITS
+        p = _Proc(proc, door_w, msgs_parent, door_w.fileno(), proc.sentinel, base, tag,
+                  expect=tag)
         w.handle = p
         self._procs.procs[w.index] = p
         self._by_sentinel[p.sentinel] = w
@@ -290,8 +359,11 @@ class ShmVecEnv(DeszooVecEnv):
             self._early[w.index] = Reply(w.index, "died", detail=self._exit_detail(p))
             return
         p.seq += 1
-        self._ctl[w.index, 1] = STEP_SAME if command == "step" and payload else CODES[command]
-        self._ctl[w.index, 0] = p.seq
+        p.expect = p.tag | p.seq
+        self._ctl[p.base + CODE] = (
+            STEP_SAME if command == "step" and payload else CODES[command])
+        self._ctl[p.base + CMD] = p.seq
+        self._fence()
         self._ring(p)
         if command in PAYLOAD:
             # After the doorbell: the worker reads the arguments once it is woken, and an
@@ -303,6 +375,9 @@ class ShmVecEnv(DeszooVecEnv):
                 self._early[w.index] = Reply(w.index, "died", detail=self._exit_detail(p))
 
     def _ring(self, p: _Proc) -> None:
+        """Wake worker ``p`` if it sleeps (after its new command and a barrier)."""
+        if not self._ctl[p.base + ASLEEP]:
+            return  # it is spinning and sees the command by itself
         try:
             os.write(p.fd, DOORBELL)
         except OSError:  # it died meanwhile: the sentinel will tell
@@ -316,6 +391,8 @@ class ShmVecEnv(DeszooVecEnv):
         # idempotent (the sequence numbers are fixed first) and is done again in full if
         # it was cut short, so no worker is left believed busy but never told.
         code = STEP_SAME if payloads else CODES["step"]
+        if len(ws) == self.num_workers and not any(w.handle.dead for w in ws):
+            code |= LAST_ONLY  # the parent waits for all of them: one wake-up will do
         seqs = [w.handle.seq + 1 for w in ws]
         try:
             self._hand_out(ws, seqs, code)
@@ -333,8 +410,10 @@ class ShmVecEnv(DeszooVecEnv):
                 self._early[w.index] = Reply(w.index, "died", detail=self._exit_detail(p))
                 continue
             p.seq = seq
-            ctl[w.index, 1] = code  # the code before the sequence number: a worker that
-            ctl[w.index, 0] = seq  # sees the new number sees the new code (x86 store order)
+            p.expect = p.tag | seq
+            ctl[p.base + CODE] = code  # the code before the sequence number: a worker that
+            ctl[p.base + CMD] = seq  # sees the new number sees the new code (x86 store order)
+        self._fence()
         for w in ws:
             if not w.handle.dead:
                 self._ring(w.handle)
@@ -344,13 +423,16 @@ class ShmVecEnv(DeszooVecEnv):
             out = list(self._early.values())
             self._early.clear()
             return out
+        out = self._answers()
+        if out:
+            return out
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return []
-        out = []
-        for fd, _ in self._poller.poll(remaining * 1000.0 + 1.0):
+        died = []
+        for fd, _ in self._poller.poll(min(remaining, NET) * 1000.0 + 1.0):
             if fd == self._results_fd:
-                out += self._read_answers()
+                os.read(fd, 4096)  # wake-ups only: the answers are in the control block
                 continue
             w = self._by_sentinel.get(fd)
             if w is None:
@@ -362,34 +444,42 @@ class ShmVecEnv(DeszooVecEnv):
             self._poller.unregister(fd)
             del self._by_sentinel[fd]
             if w.busy:
-                out.append(Reply(w.index, "died", detail=self._exit_detail(p)))
+                died.append(Reply(w.index, "died", detail=self._exit_detail(p)))
+        # Answers first: a worker that answered, then died, is found dead on its next post.
+        return self._answers() + died
+
+    def _answers(self) -> list[Reply]:
+        """Replies of the busy workers whose answer is in the control block."""
+        ctl = self._ctl
+        out = []
+        for w in self._workers:
+            p: _Proc = w.handle
+            if w.busy is None or p is None or ctl[p.base + DONE] != p.expect:
+                continue
+            status = ctl[p.base + STATUS]
+            if status == OK:
+                out.append(self._ok[w.index])
+            elif status == BOOTED:
+                out.append(Reply(w.index, "booted"))
+            elif p.kept is not None and p.kept[0] == p.expect:
+                out.append(p.kept[1])  # read before, then lost to a Ctrl-C
+            else:
+                out.append(self._read_data(w, p, status))
         return out
 
-    def _read_answers(self) -> list[Reply]:
-        data = os.read(self._results_fd, MSG.size * 256)
-        out = []
-        for index, status, generation, seq in MSG.iter_unpack(data):
-            w = self._workers[index]
-            p: _Proc = w.handle
-            if generation != w.generation or p is None:
-                continue  # from a worker that was replaced
-            try:
-                if status == BOOTED:
-                    out.append(Reply(index, "booted"))
-                elif status == BOOT_FAILED:
-                    out.append(Reply(index, "boot_failed", detail=p.msgs.recv()))
-                elif seq != p.seq:
-                    if status == OK_DATA:
-                        p.msgs.recv()  # the answer to a command given up on
-                elif status == OK:
-                    out.append(Reply(index, "ok"))
-                else:
-                    tag, failures, value = p.msgs.recv()
-                    out.append(Reply(index, "ok", failures, value))
-            except (EOFError, OSError):  # it died between its answer and its data
-                p.proc.join(1.0)
-                out.append(Reply(index, "died", detail=self._exit_detail(p)))
-        return out
+    def _read_data(self, w: Worker, p: _Proc, status: int) -> Reply:
+        """The answer whose data follows in ``p.msgs``: an error or a call's value."""
+        try:
+            if status == BOOT_FAILED:
+                reply = Reply(w.index, "boot_failed", detail=p.msgs.recv())
+            else:
+                _, failures, value = p.msgs.recv()
+                reply = Reply(w.index, "ok", failures, value)
+        except (EOFError, OSError):  # it died between its answer and its data
+            p.proc.join(1.0)
+            return Reply(w.index, "died", detail=self._exit_detail(p))
+        p.kept = (p.expect, reply)
+        return reply
 
     @staticmethod
     def _exit_detail(p: _Proc) -> str:
