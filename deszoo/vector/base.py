@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import operator
 import signal
 import threading
 import time
@@ -154,6 +155,10 @@ def _split(sims: int, workers: int) -> list[tuple[int, int]]:
     return list(zip(firsts, counts, strict=True))
 
 
+def _same(a: np.ndarray) -> np.ndarray:
+    return a
+
+
 @contextlib.contextmanager
 def sigint_deferred() -> Iterator[None]:
     """Hold off Ctrl-C while commands are handed out (a half-sent batch is unrecoverable).
@@ -246,8 +251,7 @@ class DeszooVecEnv(VectorEnv):
             Worker(w, first, count, self.agents_per_sim)
             for w, (first, count) in enumerate(_split(self.num_sims, num_workers))
         ]
-        self._ready: dict[int, Reply] = {}  # replies not yet consumed, by worker
-        self._order: list[int] = []  # workers in the order their replies came
+        self._ready: dict[int, Reply] = {}  # replies not yet consumed, in the order they came
         self._interrupted = False  # a call was cut short while workers were busy
         # Async mode (EnvPool style): ``recv`` returns the first ``batch_size`` envs.
         sims = self.num_sims
@@ -331,23 +335,23 @@ class DeszooVecEnv(VectorEnv):
 
     def _collect(self, ws: Sequence[Worker]) -> dict[int, Reply]:
         """Wait for one reply from each worker of ``ws`` (``"hung"`` at the deadline)."""
-        want = {w.index for w in ws}
-        booting = any(w.busy == "boot" for w in ws)
-        deadline = time.monotonic() + (self.boot_timeout if booting else self.timeout)
+        ready = self._ready
+        deadline = time.monotonic() + (
+            self.boot_timeout if any(w.busy == "boot" for w in ws) else self.timeout)
         try:
-            while not want <= self._ready.keys():
+            missing = [w.index for w in ws if w.index not in ready]
+            while missing:
                 if time.monotonic() >= deadline:
-                    for i in want - self._ready.keys():
+                    for i in missing:
                         self._take(Reply(i, "hung"))
                     break
-                for r in self._poll(deadline, len(want - self._ready.keys())):
+                for r in self._poll(deadline, len(missing)):
                     self._take(r)
+                missing = [i for i in missing if i not in ready]
         except BaseException:
             self._interrupted = True
             raise
-        out = {i: self._ready.pop(i) for i in want}
-        self._order = [i for i in self._order if i not in want]
-        return out
+        return {w.index: ready.pop(w.index) for w in ws}
 
     def _collect_first(self, k: int) -> list[Reply]:
         """The first ``k`` replies among busy workers, in the order they came."""
@@ -366,17 +370,14 @@ class DeszooVecEnv(VectorEnv):
         except BaseException:
             self._interrupted = True
             raise
-        first = self._order[:k]
-        self._order = self._order[k:]
-        return [self._ready.pop(i) for i in first]
+        return [self._ready.pop(i) for i in list(self._ready)[:k]]
 
     def _take(self, r: Reply) -> None:
         w = self._workers[r.worker]
         if w.busy is None:  # a late answer of a worker already given up on
             return
         w.busy = None
-        self._ready[r.worker] = r
-        self._order.append(r.worker)
+        self._ready[r.worker] = r  # in the order they came (dicts keep insertion order)
 
     def _exchange(
         self, ws: Sequence[Worker], command: str, payloads: Any = None
@@ -394,7 +395,6 @@ class DeszooVecEnv(VectorEnv):
         replies = self._collect(busy)
         stale = list(self._ready.values())  # answered before the cut, never consumed
         self._ready.clear()
-        self._order.clear()
         self._last = self._last_rows = None
         errors = self._handle(list(replies.values()) + stale, "step")
         for exc in errors:
@@ -468,7 +468,10 @@ class DeszooVecEnv(VectorEnv):
     def _report(self, replies: Sequence[Reply], command: str) -> None:
         """Handle faults, then raise (bad input always; faults with ``on_error="raise"``)
         or log them. A raised error carries the step's results in ``.results``."""
-        if all(r.kind == "ok" and not r.failures for r in replies):
+        for r in replies:
+            if r.kind != "ok" or r.failures:
+                break
+        else:
             return
         errors = self._handle(replies, command)
         bad_input = [f for r in replies for f in r.failures if f.intact]
@@ -561,6 +564,13 @@ class DeszooVecEnv(VectorEnv):
     def _check_actions(self, actions: Any, out: np.ndarray, rows: Any = None) -> None:
         """Validate ``actions`` and write them into ``out``, before any send (``rows``: the
         rows they are for, all by default)."""
+        if (self._act_type is spaces.Discrete and type(actions) is np.ndarray
+                and actions.shape == out.shape and actions.dtype.kind in "iu"):
+            # Hot-path shortcut for the usual integer array: one copy, one reduction (a
+            # negative action wraps to a huge unsigned one); the checks below name the row.
+            np.copyto(out, actions, casting="unsafe")
+            if out.view(np.uint64).max() < self.n_actions:
+                return
         if isinstance(actions, np.ndarray):
             a = actions
         else:
@@ -628,21 +638,13 @@ class DeszooVecEnv(VectorEnv):
     # ---- results --------------------------------------------------------------------
     def _results(self, bufs: Buffers, rows: Any = None) -> tuple:
         """``(obs, rew, term, trunc, infos)`` for ``rows`` (all rows when ``None``)."""
+        take: Callable[[np.ndarray], np.ndarray]
         if rows is None:
-            if self.copy:
-                def take(a):
-                    return a.copy()
-            else:
-                def take(a):
-                    return a
-
+            take = np.ndarray.copy if self.copy else _same
             sim_time = bufs.sim_time.repeat(self.agents_per_sim)
             restarted = take(self._restarted)
         else:
-            # Fancy indexing copies anyway.
-            def take(a):
-                return a[rows]
-
+            take = operator.itemgetter(rows)  # fancy indexing copies anyway
             sim_time = bufs.sim_time[rows // self.agents_per_sim]
             restarted = self._restarted[rows]
         infos = {
@@ -875,7 +877,6 @@ class DeszooVecEnv(VectorEnv):
         replies = list(self._collect(busy).values()) if busy else []
         replies += list(self._ready.values())
         self._ready.clear()
-        self._order.clear()
         for exc in self._handle(replies, "step") if replies else []:
             log.warning("while draining steps in flight: %s", str(exc).splitlines()[0])
 
