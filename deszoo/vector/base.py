@@ -336,8 +336,12 @@ class DeszooVecEnv(VectorEnv):
     def _collect(self, ws: Sequence[Worker]) -> dict[int, Reply]:
         """Wait for one reply from each worker of ``ws`` (``"hung"`` at the deadline)."""
         ready = self._ready
-        deadline = time.monotonic() + (
-            self.boot_timeout if any(w.busy == "boot" for w in ws) else self.timeout)
+        timeout = self.timeout
+        for w in ws:
+            if w.busy == "boot":
+                timeout = self.boot_timeout
+                break
+        deadline = time.monotonic() + timeout
         try:
             missing = [w.index for w in ws if w.index not in ready]
             while missing:
@@ -568,7 +572,7 @@ class DeszooVecEnv(VectorEnv):
                 and actions.shape == out.shape and actions.dtype.kind in "iu"):
             # Hot-path shortcut for the usual integer array: one copy, one reduction (a
             # negative action wraps to a huge unsigned one); the checks below name the row.
-            np.copyto(out, actions, casting="unsafe")
+            out[...] = actions
             if out.view(np.uint64).max() < self.n_actions:
                 return
         if isinstance(actions, np.ndarray):

@@ -391,8 +391,10 @@ class ShmVecEnv(DeszooVecEnv):
         # idempotent (the sequence numbers are fixed first) and is done again in full if
         # it was cut short, so no worker is left believed busy but never told.
         code = STEP_SAME if payloads else CODES["step"]
-        if len(ws) == self.num_workers and not any(w.handle.dead for w in ws):
-            code |= LAST_ONLY  # the parent waits for all of them: one wake-up will do
+        if len(ws) == self.num_workers:
+            # The parent waits for every worker, so only the last to finish need wake it.
+            # (A worker found dead here died idle: its slot shows no command in flight.)
+            code |= LAST_ONLY
         seqs = [w.handle.seq + 1 for w in ws]
         try:
             self._hand_out(ws, seqs, code)
@@ -415,8 +417,9 @@ class ShmVecEnv(DeszooVecEnv):
             ctl[p.base + CMD] = seq  # sees the new number sees the new code (x86 store order)
         self._fence()
         for w in ws:
-            if not w.handle.dead:
-                self._ring(w.handle)
+            p = w.handle
+            if not p.dead:
+                self._ring(p)
 
     def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
         if self._early:
@@ -468,8 +471,12 @@ class ShmVecEnv(DeszooVecEnv):
         return out
 
     def _read_data(self, w: Worker, p: _Proc, status: int) -> Reply:
-        """The answer whose data follows in ``p.msgs``: an error or a call's value."""
+        """The answer whose data follows in ``p.msgs``: an error or a call's value. The data
+        comes at once; a worker stopped between the two writes counts as hung after
+        ``timeout`` (never blocks past that)."""
         try:
+            if not p.msgs.poll(self.timeout):
+                return Reply(w.index, "hung")
             if status == BOOT_FAILED:
                 reply = Reply(w.index, "boot_failed", detail=p.msgs.recv())
             else:
