@@ -14,11 +14,12 @@ base class's, this module is only the transport:
   again after a Ctrl-C is harmless.
 * An idle worker watches its slot for ``spin_us``, then raises its asleep flag and sleeps
   on its doorbell pipe; the parent writes a doorbell byte only to a worker whose flag is
-  up. Answers are read from the control block; a worker writes a wake-up byte to the one
-  results pipe that all workers share only when the parent may be waiting for it: on a
-  sync step only the last worker to finish does (each checks the others' slots), so the
-  parent sleeps in one ``poll`` and wakes once per batch step. That ``poll`` also watches
-  every worker's process sentinel, so a killed worker is seen at once. Both sides write
+  up. Answers are read from the control block. A worker wakes the parent by writing its
+  index to the one results pipe that all workers share (so replies keep the order in
+  which workers finished), and only when the parent may be waiting for it: on a sync
+  step only the last worker to finish does (each checks the others' slots), so the parent
+  sleeps in one ``poll`` and wakes once per batch step. That ``poll`` also watches every
+  worker's process sentinel, so a killed worker is seen at once. Both sides write
   their flag, then a memory barrier, then read the other's (Dekker style), so a wake-up
   is never missed on x86; elsewhere every sleep is also cut to 50 ms as a safety net. No
   lock is shared with the workers, so a worker killed at any moment cannot block the
@@ -33,6 +34,7 @@ import logging
 import os
 import select
 import signal
+import struct
 import threading
 import time
 import weakref
@@ -121,6 +123,7 @@ def _worker_main(
     tag = generation << SEQ_BITS
     out = results.fileno()
     fence = _fence_of(threading.Lock())
+    wake = struct.pack("=H", index)
     last = 0
 
     def answer(status: int, always: bool = True) -> None:
@@ -130,7 +133,7 @@ def _worker_main(
             fence()
             if not _all_done(ctl, num_workers):
                 return  # the parent waits for another worker, which wakes it
-        os.write(out, DOORBELL)
+        os.write(out, wake)
 
     try:
         bufs = Buffers(layout, memory, fresh=False)  # only this worker's rows are written
@@ -426,16 +429,16 @@ class ShmVecEnv(DeszooVecEnv):
             out = list(self._early.values())
             self._early.clear()
             return out
-        out = self._answers()
-        if out:
-            return out
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return []
+        order: tuple[int, ...] = ()
         died = []
         for fd, _ in self._poller.poll(min(remaining, NET) * 1000.0 + 1.0):
             if fd == self._results_fd:
-                os.read(fd, 4096)  # wake-ups only: the answers are in the control block
+                # Wake-ups: the index of each worker that wrote one, in the order they
+                # finished (the answers themselves are in the control block).
+                order = tuple(memoryview(os.read(fd, 2048)).cast("H"))
                 continue
             w = self._by_sentinel.get(fd)
             if w is None:
@@ -449,26 +452,29 @@ class ShmVecEnv(DeszooVecEnv):
             if w.busy:
                 died.append(Reply(w.index, "died", detail=self._exit_detail(p)))
         # Answers first: a worker that answered, then died, is found dead on its next post.
-        return self._answers() + died
+        return self._answers(order) + died
 
-    def _answers(self) -> list[Reply]:
-        """Replies of the busy workers whose answer is in the control block."""
+    def _answers(self, order: tuple[int, ...] = ()) -> list[Reply]:
+        """Replies of the busy workers whose answer is in the control block: those of
+        ``order`` first, in that order, then the others."""
         ctl = self._ctl
-        out = []
-        for w in self._workers:
+        found: dict[int, Reply] = {}
+        for i in (*order, *range(self.num_workers)):
+            w = self._workers[i]
             p: _Proc = w.handle
-            if w.busy is None or p is None or ctl[p.base + DONE] != p.expect:
+            if (i in found or w.busy is None or p is None
+                    or ctl[p.base + DONE] != p.expect):
                 continue
             status = ctl[p.base + STATUS]
             if status == OK:
-                out.append(self._ok[w.index])
+                found[i] = self._ok[i]
             elif status == BOOTED:
-                out.append(Reply(w.index, "booted"))
+                found[i] = Reply(i, "booted")
             elif p.kept is not None and p.kept[0] == p.expect:
-                out.append(p.kept[1])  # read before, then lost to a Ctrl-C
+                found[i] = p.kept[1]  # read before, then lost to a Ctrl-C
             else:
-                out.append(self._read_data(w, p, status))
-        return out
+                found[i] = self._read_data(w, p, status)
+        return list(found.values())
 
     def _read_data(self, w: Worker, p: _Proc, status: int) -> Reply:
         """The answer whose data follows in ``p.msgs``: an error or a call's value. The data
