@@ -151,14 +151,17 @@ def _worker_main(
     bell = select.poll()
     bell.register(fd, select.POLLIN)
     clock = time.perf_counter
+    sched_yield = os.sched_yield
     while True:
         if ctl[cmd] == last:
             if spin:
                 # Watch the slot for a moment before sleeping: a worker that sleeps costs
-                # a wake-up (tens of us) on every step of a light scenario.
+                # a wake-up (tens of us) on every step of a light scenario. Yield while
+                # watching: the parent, just woken by the last answer, may be queued on
+                # this core, and would otherwise wait until the spin ends.
                 end = clock() + spin
                 while ctl[cmd] == last and clock() < end:
-                    pass
+                    sched_yield()
             if ctl[cmd] == last:
                 ctl[base + ASLEEP] = 1
                 fence()
