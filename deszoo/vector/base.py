@@ -270,6 +270,7 @@ class DeszooVecEnv(VectorEnv):
         self._last: list[int] | None = None
         self._last_rows: np.ndarray | None = None
         self._act_scratch: dict[int, np.ndarray] = {}
+        self._unsigned: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # action buffers as uint64
 
     # ---- transport (backends implement these) -----------------------------------------
     def _launch(self, w: Worker, reset_seeds: list | None) -> None:
@@ -570,10 +571,15 @@ class DeszooVecEnv(VectorEnv):
         rows they are for, all by default)."""
         if (self._act_type is spaces.Discrete and type(actions) is np.ndarray
                 and actions.shape == out.shape and actions.dtype.kind in "iu"):
-            # Hot-path shortcut for the usual integer array: one copy, one reduction (a
-            # negative action wraps to a huge unsigned one); the checks below name the row.
+            # Hot-path shortcut for the usual integer array: one copy and the largest
+            # action seen unsigned (a negative one wraps to a huge value); argmax is a
+            # third of the cost of max on small arrays. The checks below name the row.
             out[...] = actions
-            if out.view(np.uint64).max() < self.n_actions:
+            pair = self._unsigned.get(id(out))
+            if pair is None or pair[0] is not out:
+                pair = self._unsigned[id(out)] = (out, out.view(np.uint64))
+            u = pair[1]
+            if u[u.argmax()] < self.n_actions:
                 return
         if isinstance(actions, np.ndarray):
             a = actions

@@ -38,6 +38,7 @@ import struct
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +66,9 @@ SEQ_MASK = (1 << SEQ_BITS) - 1
 BOOTED, BOOT_FAILED, OK, OK_DATA = 0, 1, 2, 3
 DOORBELL = b"\x01"
 # Longest sleep on either side before the control block is looked at again: a safety net
-# for memory models where the barrier below is not a full one (never needed on x86).
+# for memory models where the barrier is not a full one (never needed on x86). The barrier
+# is taking and releasing a private lock: that runs a locked instruction (x86), which
+# orders this process's earlier stores before its later loads.
 NET = 0.05
 
 
@@ -74,18 +77,6 @@ def _control(raw: Any, num_workers: int) -> memoryview:
     mem = memoryview(raw).cast("B")
     offset = -np.frombuffer(raw, dtype=np.uint8).ctypes.data % 64
     return mem[offset : offset + 8 * SLOT * num_workers].cast("q")
-
-
-def _fence_of(lock: Any) -> Any:
-    """A full memory barrier: taking and releasing a private lock runs a locked
-    instruction (x86), which orders this process's earlier stores before its later loads."""
-    acquire, release = lock.acquire, lock.release
-
-    def fence() -> None:
-        acquire()
-        release()
-
-    return fence
 
 
 def _all_done(ctl: memoryview, num_workers: int) -> bool:
@@ -122,7 +113,7 @@ def _worker_main(
     cmd = base + CMD
     tag = generation << SEQ_BITS
     out = results.fileno()
-    fence = _fence_of(threading.Lock())
+    barrier = threading.Lock()
     wake = struct.pack("=H", index)
     last = 0
 
@@ -130,7 +121,8 @@ def _worker_main(
         ctl[base + STATUS] = status
         ctl[base + DONE] = tag | last
         if not always:
-            fence()
+            barrier.acquire()
+            barrier.release()
             if not _all_done(ctl, num_workers):
                 return  # the parent waits for another worker, which wakes it
         os.write(out, wake)
@@ -164,7 +156,8 @@ def _worker_main(
                     sched_yield()
             if ctl[cmd] == last:
                 ctl[base + ASLEEP] = 1
-                fence()
+                barrier.acquire()
+                barrier.release()
                 if ctl[cmd] == last and bell.poll(NET * 1000.0):
                     try:
                         ring = os.read(fd, 64)  # the doorbell (and any stale ones)
@@ -311,7 +304,7 @@ class ShmVecEnv(DeszooVecEnv):
         self._memory = self._ctx.RawArray("B", self.layout.nbytes())
         self._control = self._ctx.RawArray("B", 8 * SLOT * self.num_workers + 64)
         self._ctl = _control(self._control, self.num_workers)
-        self._fence = _fence_of(threading.Lock())
+        self._barrier = threading.Lock()
         self._bufs = Buffers(self.layout, self._memory)
         self._results_r, self._results_w = self._ctx.Pipe(duplex=False)
         self._results_fd = self._results_r.fileno()
@@ -319,7 +312,9 @@ class ShmVecEnv(DeszooVecEnv):
         self._poller.register(self._results_fd, select.POLLIN)
         self._by_sentinel: dict[int, Worker] = {}
         self._early: dict[int, Reply] = {}  # replies known without waiting (dead on posting)
-        self._ok = [Reply(i, "ok") for i in range(self.num_workers)]  # shared, never changed
+        # Replies "ok" of every worker, shared (replies are never changed).
+        self._ok = [Reply(i, "ok") for i in range(self.num_workers)]
+        self._all_ok = dict(enumerate(self._ok))
         self._procs = _Processes(self._ctl, float(close_timeout))
         self._procs.conns += [self._results_r, self._results_w]
         self._finalizer = weakref.finalize(self, self._procs.stop)
@@ -369,7 +364,8 @@ class ShmVecEnv(DeszooVecEnv):
         self._ctl[p.base + CODE] = (
             STEP_SAME if command == "step" and payload else CODES[command])
         self._ctl[p.base + CMD] = p.seq
-        self._fence()
+        self._barrier.acquire()
+        self._barrier.release()
         self._ring(p)
         if command in PAYLOAD:
             # After the doorbell: the worker reads the arguments once it is woken, and an
@@ -421,11 +417,33 @@ class ShmVecEnv(DeszooVecEnv):
             p.expect = p.tag | seq
             ctl[p.base + CODE] = code  # the code before the sequence number: a worker that
             ctl[p.base + CMD] = seq  # sees the new number sees the new code (x86 store order)
-        self._fence()
+        self._barrier.acquire()
+        self._barrier.release()
         for w in ws:
             p = w.handle
             if not p.dead:
                 self._ring(p)
+
+    def _exchange(self, ws: Sequence[Worker], command: str,
+                  payloads: Any = None) -> dict[int, Reply]:
+        if command != "step" or len(ws) != self.num_workers or self._early or self._ready:
+            return super()._exchange(ws, command, payloads)
+        # The hot path, a sync step: one wake-up (the last worker's) usually finds every
+        # answer "ok" in the control block. Anything else (data, a death, a stale wake-up)
+        # goes the general way, which reads the same answers there.
+        self._post_all(ws, command, payloads)
+        try:
+            replies = self._poll(time.monotonic() + self.timeout, len(ws))
+        except BaseException:
+            self._interrupted = True
+            raise
+        if replies == self._ok:
+            for w in ws:
+                w.busy = None
+            return self._all_ok
+        for r in replies:
+            self._take(r)
+        return self._collect(ws)
 
     def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
         if self._early:
@@ -435,13 +453,11 @@ class ShmVecEnv(DeszooVecEnv):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return []
-        order: tuple[int, ...] = ()
+        woken = b""
         died = []
         for fd, _ in self._poller.poll(min(remaining, NET) * 1000.0 + 1.0):
             if fd == self._results_fd:
-                # Wake-ups: the index of each worker that wrote one, in the order they
-                # finished (the answers themselves are in the control block).
-                order = tuple(memoryview(os.read(fd, 2048)).cast("H"))
+                woken = os.read(fd, 2048)  # wake-ups: the answers are in the control block
                 continue
             w = self._by_sentinel.get(fd)
             if w is None:
@@ -454,30 +470,36 @@ class ShmVecEnv(DeszooVecEnv):
             del self._by_sentinel[fd]
             if w.busy:
                 died.append(Reply(w.index, "died", detail=self._exit_detail(p)))
-        # Answers first: a worker that answered, then died, is found dead on its next post.
-        return self._answers(order) + died
+        if died:  # answers first: a worker that answered, then died, is found dead later
+            return self._answers(woken) + died
+        return self._answers(woken)
 
-    def _answers(self, order: tuple[int, ...] = ()) -> list[Reply]:
-        """Replies of the busy workers whose answer is in the control block: those of
-        ``order`` first, in that order, then the others."""
+    def _answers(self, woken: bytes = b"") -> list[Reply]:
+        """Replies of the busy workers whose answer is in the control block, in the order
+        of their wake-ups (``woken``: worker indices, in the order they finished), then
+        by index."""
+        if len(woken) > 2:  # several wake-ups (not a sync step): keep their order
+            order: Any = dict.fromkeys((*memoryview(woken).cast("H"),
+                                        *range(self.num_workers)))
+        else:
+            order = range(self.num_workers)
         ctl = self._ctl
-        found: dict[int, Reply] = {}
-        for i in (*order, *range(self.num_workers)):
+        out = []
+        for i in order:
             w = self._workers[i]
             p: _Proc = w.handle
-            if (i in found or w.busy is None or p is None
-                    or ctl[p.base + DONE] != p.expect):
+            if w.busy is None or p is None or ctl[p.base + DONE] != p.expect:
                 continue
             status = ctl[p.base + STATUS]
             if status == OK:
-                found[i] = self._ok[i]
+                out.append(self._ok[i])
             elif status == BOOTED:
-                found[i] = Reply(i, "booted")
+                out.append(Reply(i, "booted"))
             elif p.kept is not None and p.kept[0] == p.expect:
-                found[i] = p.kept[1]  # read before, then lost to a Ctrl-C
+                out.append(p.kept[1])  # read before, then lost to a Ctrl-C
             else:
-                found[i] = self._read_data(w, p, status)
-        return list(found.values())
+                out.append(self._read_data(w, p, status))
+        return out
 
     def _read_data(self, w: Worker, p: _Proc, status: int) -> Reply:
         """The answer whose data follows in ``p.msgs``: an error or a call's value. The data
