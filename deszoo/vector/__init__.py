@@ -254,7 +254,7 @@ def make_vec(
             is then the pools' worker processes in all (default: the cluster's CPUs, at
             most one per env). See ``docs/distributed.md``.
         spin_us: ``shm`` (and ``ray`` with ``per_node``) only: microseconds an idle worker
-            polls for its next command before it sleeps (default: 300 when each worker can
+            polls for its next command before it sleeps (default: 2000 when each worker can
             have a core, else 0; 0 in ``ray`` pools).
         **env_kwargs: scenario arguments (``preset="small"``, ...), only with a name.
 
