@@ -225,8 +225,9 @@ class DeszooVecEnv(VectorEnv):
         if self._act_type is spaces.Discrete:
             self.n_actions = int(spec.rows.mask_dim)
         self._noop_mask = spec.rows.noop_mask()
-        # Each row's kind (group index), reported in infos["kind"].
+        # Each row's kind (group index), reported in infos["kind"], and env.
         self._kind = np.tile(spec.rows.kind, self.num_sims)
+        self._row_sim = np.repeat(np.arange(self.num_sims), self.agents_per_sim)
         self.autoreset_mode = mode
         self._same_step = mode is AutoresetMode.SAME_STEP
         # PettingZoo's mask convention: observations {"observation", "action_mask"}.
@@ -651,7 +652,7 @@ class DeszooVecEnv(VectorEnv):
         take: Callable[[np.ndarray], np.ndarray]
         if rows is None:
             take = np.ndarray.copy if self.copy else _same
-            sim_time = bufs.sim_time.repeat(self.agents_per_sim)
+            sim_time = bufs.sim_time[self._row_sim]
             restarted = take(self._restarted)
         else:
             take = operator.itemgetter(rows)  # fancy indexing copies anyway

@@ -394,33 +394,36 @@ class ShmVecEnv(DeszooVecEnv):
             super()._post_all(ws, command, payloads)
             return
         # The hot path: no pickles, so no need to hold off Ctrl-C; instead the hand-out is
-        # idempotent (the sequence numbers are fixed first) and is done again in full if
-        # it was cut short, so no worker is left believed busy but never told.
+        # idempotent (a worker gets its new sequence number once, when it stops being
+        # idle) and is done again in full if it was cut short, so no worker is left
+        # believed busy but never told.
         code = STEP_SAME if payloads else CODES["step"]
         if len(ws) == self.num_workers:
             # The parent waits for every worker, so only the last to finish need wake it.
             # (A worker found dead here died idle: its slot shows no command in flight.)
             code |= LAST_ONLY
-        seqs = [w.handle.seq + 1 for w in ws]
         try:
-            self._hand_out(ws, seqs, code)
+            self._hand_out(ws, code)
         except BaseException:
-            self._hand_out(ws, seqs, code)
+            self._hand_out(ws, code)
             self._interrupted = True
             raise
 
-    def _hand_out(self, ws, seqs: list[int], code: int) -> None:
+    def _hand_out(self, ws: Sequence[Worker], code: int) -> None:
         ctl = self._ctl
-        for w, seq in zip(ws, seqs, strict=True):
-            w.busy = "step"
+        for w in ws:
             p: _Proc = w.handle
-            if p.dead:
-                self._early[w.index] = Reply(w.index, "died", detail=self._exit_detail(p))
+            if w.busy is None:  # not handed out yet (commands go to idle workers only)
+                w.busy = "step"
+                if p.dead:
+                    self._early[w.index] = Reply(w.index, "died", detail=self._exit_detail(p))
+                    continue
+                p.seq += 1
+                p.expect = p.tag | p.seq
+            elif p.dead:
                 continue
-            p.seq = seq
-            p.expect = p.tag | seq
             ctl[p.base + CODE] = code  # the code before the sequence number: a worker that
-            ctl[p.base + CMD] = seq  # sees the new number sees the new code (x86 store order)
+            ctl[p.base + CMD] = p.seq  # sees the new number sees the new code (x86 order)
         self._barrier.acquire()
         self._barrier.release()
         for w in ws:
