@@ -12,18 +12,19 @@ base class's, this module is only the transport:
   worker's generation, and a status) written by the worker, and the worker's "asleep"
   flag. The worker runs a command once per new sequence number, so handing a batch out
   again after a Ctrl-C is harmless.
-* An idle worker watches its slot for ``spin_us``, then raises its asleep flag and sleeps
-  on its doorbell pipe; the parent writes a doorbell byte only to a worker whose flag is
-  up. Answers are read from the control block. A worker wakes the parent by writing its
+* An idle worker watches its slot for ``spin_us`` (yielding its core at each look), then
+  raises its asleep flag and sleeps on its doorbell pipe; the parent writes a doorbell
+  byte only to a worker whose flag is up.
+* The parent reads the answers from the control block. A worker wakes it by writing its
   index to the one results pipe that all workers share (so replies keep the order in
   which workers finished), and only when the parent may be waiting for it: on a sync
   step only the last worker to finish does (each checks the others' slots), so the parent
-  sleeps in one ``poll`` and wakes once per batch step. That ``poll`` also watches every
-  worker's process sentinel, so a killed worker is seen at once. Both sides write
-  their flag, then a memory barrier, then read the other's (Dekker style), so a wake-up
-  is never missed on x86; elsewhere every sleep is also cut to 50 ms as a safety net. No
-  lock is shared with the workers, so a worker killed at any moment cannot block the
-  parent.
+  sleeps in one ``poll`` and wakes once per step. That ``poll`` also watches every
+  worker's process sentinel, so a killed worker is seen at once.
+* Both sides write their flag, then a memory barrier, then read the other's (Dekker
+  style), so a wake-up is never missed on x86; elsewhere every sleep is also cut to 50 ms
+  as a safety net. No lock is shared with the workers, so a worker killed at any moment
+  cannot block the parent.
 * Pickles go over a second, per-worker pipe only for rare things: reset seeds, calls,
   rebuilds, errors.
 """
@@ -162,16 +163,16 @@ def _worker_main(
                 ctl[base + ASLEEP] = 1
                 barrier.acquire()
                 barrier.release()
-                if ctl[cmd] == last and bell.poll(NET * 1000.0):
-                    try:
-                        ring = os.read(fd, 64)  # the doorbell (and any stale ones)
-                    except OSError:
-                        return
-                    if not ring:  # EOF: the parent is gone
-                        group.close()
-                        return
+                while ctl[cmd] == last:
+                    if bell.poll(NET * 1000.0):
+                        try:
+                            ring = os.read(fd, 64)  # the doorbell (and any stale ones)
+                        except OSError:
+                            return
+                        if not ring:  # EOF: the parent is gone
+                            group.close()
+                            return
                 ctl[base + ASLEEP] = 0
-                continue
         seq = ctl[cmd]
         last, code = seq, ctl[base + CODE]
         command = COMMANDS.get(code & ~LAST_ONLY)
