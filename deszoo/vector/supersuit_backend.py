@@ -170,6 +170,17 @@ class AgentVecEnv:
         self.group.close()
 
 
+class _Unlocked:
+    """A shared array as gymnasium's shared-memory helpers take it (``get_obj()``), with
+    no lock; pickled (with the array) only to start a worker process."""
+
+    def __init__(self, raw: Any):
+        self.raw = raw
+
+    def get_obj(self) -> Any:
+        return self.raw
+
+
 def _concat(fns: list) -> ConcatVecEnv:
     """A worker's SuperSuit ``ConcatVecEnv`` (module level: picklable under spawn)."""
     return ConcatVecEnv(fns)
@@ -262,9 +273,12 @@ class SuperSuitVecEnv(DeszooVecEnv):
             self.start_method = self._ctx.get_start_method()
             box = spec.obs_box
             rows = self.num_envs
-            # SuperSuit's own shared buffers, as ProcConcatVec makes them.
-            self._shared_obs = gymnasium.vector.utils.create_shared_memory(box, n=rows,
-                                                                           ctx=self._ctx)
+            # SuperSuit's own shared buffers, as ProcConcatVec makes them, but without the
+            # lock gymnasium's create_shared_memory puts on the observations (no one takes
+            # it): a lock is a named POSIX semaphore, which under spawn or forkserver stays
+            # in /dev/shm (sem.mp-*) until the array is garbage collected, after close().
+            self._shared_obs = _Unlocked(self._ctx.RawArray(
+                np.ctypeslib.as_ctypes_type(box.dtype), rows * int(np.prod(box.shape))))
             self._obs_view = gymnasium.vector.utils.read_from_shared_memory(
                 box, self._shared_obs, n=rows
             )
