@@ -8,13 +8,26 @@ that the harness itself fails when a backend is wrong.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 
+import numpy as np
 import pytest
 from conftest import HAS_RAY
 
+from deszoo.errors import WorkerTimeoutError
 from deszoo.vector import base as vec_base
-from deszoo.vector.chaos import ChaosConfig, ChaosReport, run_chaos
+from deszoo.vector import make_vec
+from deszoo.vector.chaos import (
+    ChaosConfig,
+    ChaosReport,
+    _watchdog,
+    proc_id,
+    run_chaos,
+    running,
+)
 from deszoo.vector.shm import ShmVecEnv
+from deszoo.vector.testing import ToyEnv
 
 # name: make_vec options, steps, harness faults
 RUNS = {
@@ -106,3 +119,41 @@ def test_harness_sees_a_hang():
                           raise_rate=0.0))
     assert rep.hangs == 1 and "hung" in rep.notes[0]
     assert rep.leaked_processes == 0 and not rep.leaked_shm
+
+
+# ---- regressions found by the chaos run ------------------------------------------------------
+
+
+class StopsWhenPickled:
+    """A value whose pickling stops the process that pickles it (SIGSTOP)."""
+
+    def __reduce__(self):
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return (int, (0,))
+
+
+def stopping_env():
+    env = ToyEnv()
+    env.stopper = StopsWhenPickled
+    return env
+
+
+def test_shm_worker_stopped_between_answer_and_data_times_out():
+    """A shm worker stopped after its answer but before the data that goes with it (an env
+    failure, a call's value) blocked the parent in recv() for ever: chaos saw a hang. It is
+    a hung worker: WorkerTimeoutError after the timeout, the worker replaced."""
+    vec = make_vec(stopping_env, 2, backend="shm", num_workers=2, seed=0, timeout=1.0,
+                   start_method="fork")
+    old = vec.worker_pids()
+    try:
+        _, infos = vec.reset()
+        with _watchdog(30.0), pytest.raises(WorkerTimeoutError, match="timeout"):
+            vec.call_envs("call", "stopper", [1])
+        new = vec.worker_pids()
+        assert new[0] == old[0] and new[1] != old[1]
+        vec.step(np.ones(vec.num_envs, dtype=np.int64) * (infos["action_mask"][:, 1] == 1))
+    finally:
+        vec.close()
+    for pid in old + new:
+        ident = proc_id(pid)
+        assert ident is None or not running(ident)

@@ -104,15 +104,21 @@ class FaultSchedule:
     Deterministic (the same env, seed and actions fail at the same step in a worker and in
     the replay) and picklable. ``raise_rate`` per env step (and per autoreset): raise
     :class:`ChaosError`, before the step or after it changed the env; ``exit_rate`` per env
-    step: ``os._exit`` (only for backends with worker processes).
+    step: ``os._exit`` (only for backends with worker processes). ``at`` lists faults at
+    given points besides: ``(seed, episode, step, fault)`` (``seed``: the env's seed, step
+    ``1`` of episode ``1`` is its first step).
     """
 
     raise_rate: float = 0.0
     exit_rate: float = 0.0
     salt: int = 0
+    at: tuple[tuple[int, int, int, str], ...] = ()  # (seed, episode, step, fault), besides
 
     def draw(self, seed: int | None, episode: int, step: int) -> str | None:
         """``"raise"``, ``"raise_after"``, ``"exit"`` or ``None`` (step 0: the reset)."""
+        for s, e, k, fault in self.at:
+            if (s, e, k) == (seed, episode, step):
+                return fault
         if seed is None or not (self.raise_rate or self.exit_rate):
             return None
         key = struct.pack("<qQqq", self.salt, seed & (2**64 - 1), episode, step)
@@ -912,11 +918,14 @@ class _Chaos:
                     continue
                 rep.leaked_processes += 1
                 rep.note(f"child pid {pid} left after close: {cmd[:120]}")
+        # Any process that makes a multiprocessing lock under fork shows a sem.mp-* name
+        # for a moment (tens of ms on a loaded machine): a new name must stay to count.
+        deadline = time.monotonic() + 2.0
         new = shm_entries() - shm
-        if new:
-            time.sleep(0.1)  # let other processes' short-lived entries go
+        while new and time.monotonic() < deadline:
+            time.sleep(0.05)
             new &= shm_entries()
-            new -= foreign_shm(new)
+        new -= foreign_shm(new)
         for name in sorted(new):
             rep.leaked_shm.append(name)
             rep.note(f"/dev/shm/{name} left after close")

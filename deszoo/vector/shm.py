@@ -131,6 +131,10 @@ def _worker_main(
             answer(OK)
 
 
+class _NoData(Exception):
+    """A worker's answer came without the data that goes with it."""
+
+
 @dataclass
 class _Proc:
     """One worker process and its pipes (the parent's ends)."""
@@ -377,19 +381,31 @@ class ShmVecEnv(DeszooVecEnv):
                 if status == BOOTED:
                     out.append(Reply(index, "booted"))
                 elif status == BOOT_FAILED:
-                    out.append(Reply(index, "boot_failed", detail=p.msgs.recv()))
+                    out.append(Reply(index, "boot_failed", detail=self._data(p)))
                 elif seq != p.seq:
                     if status == OK_DATA:
-                        p.msgs.recv()  # the answer to a command given up on
+                        self._data(p)  # the answer to a command given up on
                 elif status == OK:
                     out.append(Reply(index, "ok"))
                 else:
-                    tag, failures, value = p.msgs.recv()
+                    tag, failures, value = self._data(p)
                     out.append(Reply(index, "ok", failures, value))
+            except _NoData:  # stopped or stuck between its answer and its data
+                if not w.busy:
+                    p.proc.kill()  # no one waits for it: seen dead when next asked
+                out.append(Reply(index, "hung"))
             except (EOFError, OSError):  # it died between its answer and its data
                 p.proc.join(1.0)
                 out.append(Reply(index, "died", detail=self._exit_detail(p)))
         return out
+
+    def _data(self, p: _Proc) -> Any:
+        """The data a worker sends after its answer. It comes at once; if it does not
+        come within ``timeout`` (a worker stopped between the two writes), the worker
+        counts as hung: :class:`_NoData`. Never blocks past that."""
+        if not p.msgs.poll(self.timeout):
+            raise _NoData
+        return p.msgs.recv()
 
     @staticmethod
     def _exit_detail(p: _Proc) -> str:
