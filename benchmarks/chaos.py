@@ -18,7 +18,7 @@ import logging
 import sys
 from collections import Counter
 
-from deszoo.vector.chaos import HARNESS_KINDS, ChaosConfig, ChaosReport, run_chaos
+from deszoo.vector.chaos import HARNESS_KINDS, POINTS, ChaosConfig, ChaosReport, run_chaos
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,6 +34,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kinds", default=",".join(HARNESS_KINDS),
                    help="harness faults to draw from (default: %(default)s)")
+    p.add_argument("--points", default=",".join(POINTS),
+                   help="where SIGINT lands in a step (default: %(default)s)")
     p.add_argument("--on-error", default="both", choices=("restart", "raise", "both"))
     p.add_argument("--timeout", type=float, default=1.0,
                    help="the vector env's worker timeout in seconds (each SIGSTOP costs it)")
@@ -65,6 +67,7 @@ def config(args: argparse.Namespace, backend: str) -> ChaosConfig:
     return ChaosConfig(
         backend=backend, num_envs=args.envs, num_workers=workers, steps=args.steps,
         faults=args.faults, seed=args.seed, kinds=tuple(args.kinds.split(",")),
+        points=tuple(args.points.split(",")),
         on_error=args.on_error, segment_steps=args.segment_steps, env=args.env,
         env_kwargs=env_kwargs, raise_rate=args.raise_rate, exit_rate=args.exit_rate,
         timeout=args.timeout, watchdog=args.watchdog, options=options,

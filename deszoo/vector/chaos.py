@@ -79,7 +79,20 @@ ENV_ARRAYS = ("obs_buf", "mask_buf", "rew_buf", "term_buf", "trunc_buf", "live",
 # Result fields compared row by row: name in the expectation, where it is in a step's result.
 FIELDS = ("obs", "rew", "term", "trunc", "action_mask", "needs_action", "live",
           "invalid_action", "invalid_count", "restarted", "sim_time")
-PHASES = ("before", "handout", "wait", "after")  # where a sigint lands in a step
+# Where a SIGINT lands in a step: name -> (method of the vector env, "enter" or "exit" of
+# its first call, whether the step has reached the envs by then, whether the point is
+# reached only when a worker is lost: then a worker is killed on that step too).
+POINTS: dict[str, tuple[str, str, bool, bool]] = {
+    "before": ("_check_actions", "enter", False, False),  # nothing handed out yet
+    "handout": ("_ring", "exit", True, False),  # after the first worker's doorbell (shm)
+    "wait": ("_poll", "enter", True, False),
+    "polled": ("_poll", "exit", True, False),  # replies read, not yet taken
+    "taken": ("_take", "exit", True, False),
+    "handle": ("_handle", "enter", True, True),  # faults seen, not yet repaired
+    "restart": ("_start", "exit", True, True),  # a replacement worker started
+    "marked": ("_mark_restarted", "enter", True, True),
+    "after": ("_results", "enter", True, False),  # while the results are copied
+}
 
 
 class ChaosError(RuntimeError):
@@ -472,6 +485,7 @@ class ChaosConfig:
         faults: faults the harness injects (kinds drawn from ``kinds``).
         seed: seeds the policy, the fault plan and the envs.
         kinds: harness fault kinds to draw from (those the backend can take).
+        points: where the SIGINT faults land (:data:`POINTS`).
         on_error: ``"restart"``, ``"raise"`` or ``"both"`` (alternate segments).
         segment_steps: steps per vector env (then it is closed and checked for leaks).
         env: the base env: a zero-argument factory or a registered name.
@@ -489,6 +503,7 @@ class ChaosConfig:
     faults: int = 20
     seed: int = 0
     kinds: tuple[str, ...] = HARNESS_KINDS
+    points: tuple[str, ...] = tuple(POINTS)
     on_error: str = "both"
     segment_steps: int = 200
     env: Any = None
@@ -552,8 +567,21 @@ class _Fault:
     kind: str
     worker: int = 0
     timing: str = "idle"  # sigkill/sigstop: "idle" (between steps) or "busy" (mid-step)
-    phase: str = "wait"  # sigint: where it lands
+    point: str = "wait"  # sigint: where it lands (POINTS)
     close: bool = False  # sigint: close the vector env after it
+    again: bool = False  # sigint: another one while the next call finishes this step
+    twice: bool = False  # sigkill: kill the replacement too, while it boots
+
+
+@dataclass
+class _Carry:
+    """What a step leaves to the next: a signal that landed after the worker answered
+    (the next step must see it), an interrupted step, a closed vector env."""
+
+    late: tuple[int, str, ProcId | None] | None = None  # (worker, kind, process)
+    interrupted: bool = False
+    again: bool = False
+    closed: bool = False
 
 
 @contextlib.contextmanager
@@ -588,44 +616,51 @@ def _default_env() -> Callable[[], Any]:
 
 
 class _Interrupt:
-    """Makes a ``SIGINT`` land in the parent at ``phase`` of the next step."""
+    """Makes a ``SIGINT`` land in the parent at the first call of one of ``vec``'s methods
+    (on entering it or on leaving it): a real signal, turned into ``KeyboardInterrupt`` by
+    Python's handler at once (or when the vector env unblocks it)."""
 
-    def __init__(self, vec: Any, phase: str):
-        self.vec, self.phase = vec, phase
-        self.names: list[str] = []
-        if phase == "before":
-            self._wrap("_check_actions", before=True)
-        elif phase == "handout":
-            self._wrap("_ring" if hasattr(vec, "_ring") else "_post", before=False)
-        elif phase == "wait":
-            self._wrap("_poll", before=True)
-        else:
-            self._wrap("_results", before=True)
-
-    @property
-    def applied(self) -> bool:
-        """Whether the step reached the envs when it was interrupted."""
-        return self.phase != "before"
-
-    def _wrap(self, name: str, before: bool) -> None:
-        vec = self.vec
-        original = getattr(vec, name)
-        self.names.append(name)
+    def __init__(self, vec: Any, method: str, when: str):
+        self.vec, self.method = vec, method
+        original = getattr(vec, method)
 
         def hook(*args: Any, **kwargs: Any) -> Any:
             self.restore()
-            if before:
-                signal.raise_signal(signal.SIGINT)  # KeyboardInterrupt right here
+            if when == "enter":
+                signal.raise_signal(signal.SIGINT)
             out = original(*args, **kwargs)
             signal.raise_signal(signal.SIGINT)
             return out
 
-        setattr(vec, name, hook)
+        setattr(vec, method, hook)
 
     def restore(self) -> None:
-        for name in self.names:
-            self.vec.__dict__.pop(name, None)
-        self.names = []
+        self.vec.__dict__.pop(self.method, None)
+
+
+class _BootKiller:
+    """Kills the first new child process (a replacement worker, while it boots)."""
+
+    def __init__(self) -> None:
+        self.before = set(children())
+        self.killed: int | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for pid, cmd in children().items():
+                if pid not in self.before and "resource_tracker" not in cmd:
+                    ident = proc_id(pid)
+                    if ident is not None and signal_proc(ident, signal.SIGKILL):
+                        self.killed = pid
+                        return
+            time.sleep(0.0005)
+
+    def join(self) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 class _Chaos:
@@ -659,6 +694,8 @@ class _Chaos:
         rng.shuffle(kinds)
         seen: Counter = Counter()
         plan = {}
+        points = [p for p, (_, _, _, needs) in POINTS.items()
+                  if p in cfg.points and (cfg.has_processes or not needs)]
         for s, kind in zip(steps, kinds, strict=True):
             j = seen[kind]
             seen[kind] += 1
@@ -666,8 +703,10 @@ class _Chaos:
                 kind,
                 worker=int(rng.integers(max(cfg.num_workers, 1))),
                 timing=("idle", "busy")[j % 2],
-                phase=PHASES[j % len(PHASES)],
-                close=j % 5 == 3,
+                point=points[j % len(points)],
+                close=j % 7 == 3,
+                again=j % 5 == 1,
+                twice=j % 3 == 2 and cfg.backend != "ray",  # Ray's actors are not our children
             )
         return plan
 
@@ -705,6 +744,7 @@ class _Chaos:
         rep, cfg = self.report, self.cfg
         kids, shm = children(), shm_entries()
         seen: set[ProcId] = set()
+        self.diverged, self.events = False, []
         vec = replay = None
         done = 0
         try:
@@ -718,21 +758,20 @@ class _Chaos:
             exp = replay.reset(self._seed(seg))
             self._check(self._got(obs, infos), exp, replay.timed, first, mode)
             policy = np.random.default_rng([cfg.seed, 2, seg])
-            pending: tuple | None = None  # (worker, kind, process): a late signal
-            while done < n:
+            carry = _Carry()
+            while done < n or (carry.late and done == n):  # a late signal gets its step
                 t = first + done
-                fault = self.plan.get(t)
-                if fault is not None and pending is not None:
+                fault = self.plan.get(t) if done < n else None
+                if fault is not None and (carry.late or carry.interrupted):
                     fault = None  # one fault at a time
                 done += 1  # counted when tried: a step that hangs is not tried again
-                outcome = self._step(vec, replay, policy, t, fault, pending, mode, seen)
-                if outcome == "closed":
+                carry = self._step(vec, replay, policy, t, fault, carry, mode, seen)
+                if carry.closed:
                     break
-                pending = outcome if isinstance(outcome, tuple) else None
-            if pending is not None:
+            if carry.late is not None:
                 rep.errors += 1
-                rep.note(f"step {first + n - 1}: a signal to worker {pending[0]} was "
-                         "never seen (the segment ended first)")
+                rep.note(f"step {first + done - 1}: a signal to worker {carry.late[0]} was "
+                         "never seen")
         except ChaosHang as exc:
             rep.hangs += 1
             rep.note(f"segment {seg} ({mode}) hung: {exc}")
@@ -770,33 +809,53 @@ class _Chaos:
         return out
 
     def _step(self, vec: Any, replay: Replay, policy: np.random.Generator, t: int,
-              fault: _Fault | None, pending: tuple | None, mode: str,
-              seen: set[ProcId]) -> Any:
-        """One step with its fault; returns ``"closed"``, a late signal's ``(worker, kind,
-        process)`` that the next step must see, or ``None``."""
+              fault: _Fault | None, carry: _Carry, mode: str, seen: set[ProcId]) -> _Carry:
+        """One step with its fault; what it leaves to the next step."""
         rep, cfg = self.report, self.cfg
         acts = _policy(replay.mask, policy)
         gens = [w.generation for w in vec._workers]
         lost: set[int] = set()
-        if pending is not None:
-            lost.add(pending[0])
-        timer = interrupt = None
+        if carry.late is not None:
+            lost.add(carry.late[0])
+        timer = interrupt = killer = None
         target: ProcId | None = None
-        if fault is not None and fault.kind in ("sigkill", "sigstop"):
-            sig = signal.SIGKILL if fault.kind == "sigkill" else signal.SIGSTOP
+        kill = fault is not None and fault.kind in ("sigkill", "sigstop")
+        point = None
+        if fault is not None and fault.kind == "sigint":
+            point = fault.point
+        elif carry.again:  # a SIGINT while this call finishes the interrupted step
+            point = "settle"
+        if point is not None:
+            rep.faults["sigint"] += 1
+            if point == "settle":
+                method, when = "_collect", "enter"
+                applied = not vec._interrupted  # else it lands before this step's hand-out
+            else:
+                method, when, applied, needs = POINTS[point]
+                if method == "_ring" and not hasattr(vec, "_ring"):
+                    method = "_post"
+                kill = kill or needs
+            interrupt = _Interrupt(vec, method, when)
+        if kill:
+            kind = fault.kind if fault.kind != "sigint" else "sigkill"
+            sig = signal.SIGKILL if kind == "sigkill" else signal.SIGSTOP
             target = proc_id(vec.worker_pids()[fault.worker])
             seen.add(target)
-            rep.faults[fault.kind] += 1
-            if fault.timing == "idle":
+            if fault.kind != "sigint":
+                rep.faults[kind] += 1
+            if fault.timing == "idle" or fault.kind == "sigint":
                 signal_proc(target, sig)
                 _wait_state(target, "ZX" if sig == signal.SIGKILL else "T")
                 lost.add(fault.worker)
             else:
                 timer = threading.Timer(float(self.rng.uniform(0, 0.002)), signal_proc,
                                         (target, sig))
-        elif fault is not None and fault.kind == "sigint":
-            rep.faults["sigint"] += 1
-            interrupt = _Interrupt(vec, fault.phase)
+            if kind == "sigkill" and fault.twice:
+                killer = _BootKiller()
+        if fault is not None or point is not None:
+            self.events.append(f"step {t}: {fault.kind if fault else 'sigint'} "
+                               + (f"at {point}" if point else f"{fault.timing} worker "
+                                  f"{fault.worker}") + (" twice" if killer else ""))
         result = raised = None
         interrupted = False
         try:
@@ -812,45 +871,58 @@ class _Chaos:
                 finally:
                     if timer is not None:
                         timer.join()
+                    if killer is not None:
+                        killer.join()
         except KeyboardInterrupt:
             interrupted = True
         finally:
             if interrupt is not None:
                 interrupt.restore()
-        late = None
+        out = _Carry(interrupted=interrupted)
+        if killer is not None and killer.killed is not None:
+            rep.faults["sigkill"] += 1
+            if killer.killed in vec.worker_pids():  # it had booted: the next step sees it
+                w = vec.worker_pids().index(killer.killed)
+                out.late = (w, "sigkill", proc_id(killer.killed))
         if timer is not None:
             if vec._workers[fault.worker].generation != gens[fault.worker]:
                 lost.add(fault.worker)
             else:  # it landed after the worker answered: the next step must see it
-                late = (fault.worker, fault.kind, target)
-        if fault is not None and fault.kind == "sigstop" and late is None:
+                out.late = (fault.worker, fault.kind, target)
+        if fault is not None and fault.kind == "sigstop" and out.late is None:
             self._release(target)
-        if pending is not None and pending[1] == "sigstop":
-            self._release(pending[2])
+        if carry.late is not None and carry.late[1] == "sigstop":
+            self._release(carry.late[2])
         if interrupt is not None and not interrupted:
             rep.errors += 1
-            rep.note(f"step {t}: SIGINT at {fault.phase} raised no KeyboardInterrupt")
+            rep.note(f"step {t}: SIGINT at {point} raised no KeyboardInterrupt")
         if interrupted and interrupt is None:
             raise KeyboardInterrupt  # a real Ctrl-C: stop the run
         # What the step did, in the replay.
-        hit, fired = set(), Counter()
-        if not interrupted or interrupt.applied:
+        hit: set[int] = set()
+        if not interrupted or applied:
             hit, fired = replay.step(acts, lost)
             rep.faults.update(fired)
+            if fired:
+                self.events.append(f"step {t}: {dict(fired)}")
+        elif lost:
+            rep.errors += 1
+            rep.note(f"step {t}: workers {sorted(lost)} lost on a step that never started")
         if [w.generation for w in vec._workers] != gens:
             self._watch(vec, seen)
         if interrupted:
-            if fault.close:
+            if fault is not None and fault.close:
                 with _watchdog(cfg.watchdog):
                     vec.close()
-                return "closed"
-            return late
+                out.closed = True
+            out.again = fault is not None and fault.again
+            return out
         obs, rew, term, trunc, infos = result
         self._check(self._got(obs, infos, rew, term, trunc), replay.exp, replay.timed, t, mode)
         if mode == "raise" and bool(hit) != (raised is not None):
             rep.errors += 1
             rep.note(f"step {t}: on_error='raise', envs {sorted(hit)} hit, raised {raised!r}")
-        return late
+        return out
 
     def _release(self, target: ProcId | None) -> None:
         """After a SIGSTOP: the stopped worker must be gone once it was replaced."""
@@ -868,7 +940,10 @@ class _Chaos:
         count = int(bad.sum())
         if count:
             self.report.divergent_rows += count
-            self.report.note(f"step {t} ({mode}): {count} divergent rows; " + "; ".join(notes))
+            if not self.diverged:  # the rest of the segment follows from the first
+                self.report.note(f"step {t} ({mode}): {count} divergent rows; "
+                                 + "; ".join(notes) + f"; after: {'; '.join(self.events[-3:])}")
+            self.diverged = True
 
     def _close(self, vec: Any, seen: set[ProcId]) -> None:
         """Close ``vec`` under the watchdog; after a hang, end its workers by force."""
