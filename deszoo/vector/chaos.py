@@ -1013,4 +1013,10 @@ def run_chaos(cfg: ChaosConfig, echo: Callable[[str], None] | None = None) -> Ch
     """
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("run_chaos needs the main thread (it uses signals)")
-    return _Chaos(cfg, echo).run()
+    # A process started in the background by a shell ignores SIGINT: the SIGINT faults
+    # need Python's own handler (KeyboardInterrupt).
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _Chaos(cfg, echo).run()
+    finally:
+        signal.signal(signal.SIGINT, old)
