@@ -37,6 +37,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--points", default=",".join(POINTS),
                    help="where SIGINT lands in a step (default: %(default)s)")
     p.add_argument("--on-error", default="both", choices=("restart", "raise", "both"))
+    p.add_argument("--autoreset", default="both", choices=("NextStep", "SameStep", "both"),
+                   help="autoreset mode of the vector envs (both: in turn)")
     p.add_argument("--timeout", type=float, default=1.0,
                    help="the vector env's worker timeout in seconds (each SIGSTOP costs it)")
     p.add_argument("--watchdog", type=float, default=120.0,
@@ -68,7 +70,8 @@ def config(args: argparse.Namespace, backend: str) -> ChaosConfig:
         backend=backend, num_envs=args.envs, num_workers=workers, steps=args.steps,
         faults=args.faults, seed=args.seed, kinds=tuple(args.kinds.split(",")),
         points=tuple(args.points.split(",")),
-        on_error=args.on_error, segment_steps=args.segment_steps, env=args.env,
+        on_error=args.on_error, autoreset_mode=args.autoreset,
+        segment_steps=args.segment_steps, env=args.env,
         env_kwargs=env_kwargs, raise_rate=args.raise_rate, exit_rate=args.exit_rate,
         timeout=args.timeout, watchdog=args.watchdog, options=options,
     )

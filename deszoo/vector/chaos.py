@@ -79,6 +79,7 @@ ENV_ARRAYS = ("obs_buf", "mask_buf", "rew_buf", "term_buf", "trunc_buf", "live",
 # Result fields compared row by row: name in the expectation, where it is in a step's result.
 FIELDS = ("obs", "rew", "term", "trunc", "action_mask", "needs_action", "live",
           "invalid_action", "invalid_count", "restarted", "sim_time")
+SAME_STEP_FIELDS = ("final_obs", "_final_obs")
 # Where a SIGINT lands in a step: name -> (method of the vector env, "enter" or "exit" of
 # its first call, whether the step has reached the envs by then, whether the point is
 # reached only when a worker is lost: then a worker is killed on that step too).
@@ -224,8 +225,9 @@ class Replay:
     """
 
     def __init__(self, factory: Callable[[], Any], num_envs: int,
-                 groups: Sequence[tuple[int, int]]):
+                 groups: Sequence[tuple[int, int]], same_step: bool = False):
         self.factory = factory
+        self.same_step = same_step
         self.envs = [factory() for _ in range(num_envs)]
         self.groups = [range(first, first + count) for first, count in groups]
         self.worker_of = {s: w for w, g in enumerate(self.groups) for s in g}
@@ -253,6 +255,9 @@ class Replay:
             "restarted": np.zeros(rows, bool),
             "sim_time": np.zeros(rows, np.float64),
         }
+        if same_step:
+            self.exp["final_obs"] = np.zeros_like(self.exp["obs"])
+            self.exp["_final_obs"] = np.zeros(rows, bool)
         self.timed = np.ones(rows, bool)  # rows whose sim_time is documented this step
 
     @property
@@ -275,24 +280,32 @@ class Replay:
         self.timed[r] = True
 
     def _restarted(self, s: int) -> None:
-        """Env ``s`` is rebuilt: its rows report a truncation; its next step resets it."""
+        """Env ``s`` is rebuilt: its rows report a truncation; its next step resets it
+        (``SameStep``: it is reset now, its rows show the new episode)."""
         e, r = self.exp, slice(s * self.n, (s + 1) * self.n)
-        for key in ("obs", "rew", "invalid_count"):
-            e[key][r] = 0
-        for key in ("term", "needs_action", "live", "invalid_action"):
-            e[key][r] = False
-        e["trunc"][r] = True
-        e["restarted"][r] = True
-        e["action_mask"][r] = self.noop
-        self.timed[r] = False  # the clock of a lost env is not documented
-        try:
+        with contextlib.suppress(Exception):
             self.envs[s].close()
-        except Exception:
-            pass
         self.restarts[s] += 1
         self.envs[s] = self.factory()
-        self.need_reset[s] = True
-        self.next_seed[s] = restart_seed(self.seeds[s], self.restarts[s])
+        seed = restart_seed(self.seeds[s], self.restarts[s])
+        if self.same_step:
+            self.envs[s].reset_arrays(seed)
+            self._copy(s)
+            e["final_obs"][r] = 0
+            e["_final_obs"][r] = True
+        else:
+            for key in ("obs", "invalid_count"):
+                e[key][r] = 0
+            for key in ("needs_action", "live", "invalid_action"):
+                e[key][r] = False
+            e["action_mask"][r] = self.noop
+            self.need_reset[s] = True
+            self.next_seed[s] = seed
+        e["rew"][r] = 0
+        e["term"][r] = False
+        e["trunc"][r] = True
+        e["restarted"][r] = True
+        self.timed[r] = False  # the clock of a lost env is not documented
 
     def reset(self, seed: int) -> dict[str, np.ndarray]:
         """``vec.reset(seed=seed)``: env ``i`` gets ``seed + i``."""
@@ -301,6 +314,8 @@ class Replay:
             self.need_reset[s] = False
             env.reset_arrays(seed + s)
             self._copy(s)
+        if self.same_step:
+            self.exp["_final_obs"][:] = False
         return self.exp
 
     def step(self, actions: np.ndarray, lost: set[int]) -> tuple[set[int], Counter]:
@@ -310,6 +325,8 @@ class Replay:
         """
         hit: set[int] = set()
         fired: Counter = Counter()
+        if self.same_step:
+            self.exp["_final_obs"][:] = False
         for w, group in enumerate(self.groups):
             if w in lost:
                 hit.update(group)
@@ -321,9 +338,12 @@ class Replay:
                         seed, self.next_seed[s] = self.next_seed[s], None
                         self.need_reset[s] = False
                         env.reset_arrays(seed)
-                    else:
-                        env.step_arrays(actions[s * self.n : (s + 1) * self.n])
+                        self._copy(s)
+                        continue
+                    env.step_arrays(actions[s * self.n : (s + 1) * self.n])
                     self._copy(s)
+                    if self.same_step and env.episode_over:
+                        self._same_step_reset(s)
                 except ChaosError:
                     fired["env_raise"] += 1
                     hit.add(s)
@@ -334,6 +354,18 @@ class Replay:
         for s in sorted(hit):
             self._restarted(s)
         return hit, fired
+
+    def _same_step_reset(self, s: int) -> None:
+        """``SameStep``: the ended episode's final observation, reward and flags; the new
+        episode's observations and masks."""
+        e, r = self.exp, slice(s * self.n, (s + 1) * self.n)
+        e["final_obs"][r] = e["obs"][r]
+        e["_final_obs"][r] = True
+        keep = {k: e[k][r].copy() for k in ("rew", "term", "trunc", "invalid_action")}
+        self.envs[s].reset_arrays(None)
+        self._copy(s)
+        for k, v in keep.items():
+            e[k][r] = v
 
     def close(self) -> None:
         for env in self.envs:
@@ -348,7 +380,9 @@ def compare(got: dict[str, np.ndarray], exp: dict[str, np.ndarray], timed: np.nd
     rows = len(timed)
     bad = np.zeros(rows, bool)
     notes: list[str] = []
-    for key in FIELDS:
+    for key in FIELDS + SAME_STEP_FIELDS:
+        if key not in exp:
+            continue
         a, b = np.asarray(got[key]), exp[key]
         if a.dtype != b.dtype or a.shape != b.shape:
             bad[:] = True
@@ -358,6 +392,8 @@ def compare(got: dict[str, np.ndarray], exp: dict[str, np.ndarray], timed: np.nd
                 ).any(axis=1)
         if key == "sim_time":
             diff &= timed
+        elif key == "final_obs":  # other rows hold whatever an earlier step left there
+            diff &= exp["_final_obs"]
         if diff.any():
             r = int(np.flatnonzero(diff)[0])
             notes.append(f"{key} row {r}: {a[r].tolist()}, expected {b[r].tolist()}")
@@ -487,6 +523,8 @@ class ChaosConfig:
         kinds: harness fault kinds to draw from (those the backend can take).
         points: where the SIGINT faults land (:data:`POINTS`).
         on_error: ``"restart"``, ``"raise"`` or ``"both"`` (alternate segments).
+        autoreset_mode: ``"NextStep"``, ``"SameStep"`` or ``"both"`` (alternate every
+            other segment pair).
         segment_steps: steps per vector env (then it is closed and checked for leaks).
         env: the base env: a zero-argument factory or a registered name.
         env_kwargs: scenario arguments when ``env`` is a name.
@@ -505,6 +543,7 @@ class ChaosConfig:
     kinds: tuple[str, ...] = HARNESS_KINDS
     points: tuple[str, ...] = tuple(POINTS)
     on_error: str = "both"
+    autoreset_mode: str = "NextStep"
     segment_steps: int = 200
     env: Any = None
     env_kwargs: dict = field(default_factory=dict)
@@ -734,7 +773,14 @@ class _Chaos:
         if cfg.backend != "roundrobin":
             opts["num_workers"] = cfg.num_workers
         return make_vec(self.factory, cfg.num_envs, backend=cfg.backend, seed=self._seed(seg),
-                        timeout=cfg.timeout, on_error=mode, **opts)
+                        timeout=cfg.timeout, on_error=mode,
+                        autoreset_mode=self._autoreset(seg), **opts)
+
+    def _autoreset(self, seg: int) -> str:
+        mode = self.cfg.autoreset_mode
+        if mode == "both":
+            return "SameStep" if seg // 2 % 2 else "NextStep"
+        return mode
 
     def _seed(self, seg: int) -> int:
         return self.cfg.seed * 1000 + seg * 100
@@ -742,6 +788,7 @@ class _Chaos:
     def _segment(self, seg: int, first: int, n: int, mode: str) -> int:
         """Run steps ``first .. first + n - 1`` on a new vector env; return the steps run."""
         rep, cfg = self.report, self.cfg
+        self.label = f"{mode}, {self._autoreset(seg)}"
         kids, shm = children(), shm_entries()
         seen: set[ProcId] = set()
         self.diverged, self.events = False, []
@@ -751,7 +798,8 @@ class _Chaos:
             with _watchdog(cfg.watchdog):
                 vec = self._make(seg, mode)
             groups = [(w.first, w.count) for w in vec._workers]
-            replay = Replay(self.factory.for_replay(), cfg.num_envs, groups)
+            replay = Replay(self.factory.for_replay(), cfg.num_envs, groups,
+                            same_step=self._autoreset(seg) == "SameStep")
             self._watch(vec, seen)
             with _watchdog(cfg.watchdog):
                 obs, infos = vec.reset()
@@ -774,10 +822,10 @@ class _Chaos:
                          "never seen")
         except ChaosHang as exc:
             rep.hangs += 1
-            rep.note(f"segment {seg} ({mode}) hung: {exc}")
+            rep.note(f"segment {seg} ({self.label}) hung: {exc}")
         except Exception as exc:  # a vector env that failed: an error, the run goes on
             rep.errors += 1
-            rep.note(f"segment {seg} ({mode}): {type(exc).__name__}: {exc}\n"
+            rep.note(f"segment {seg} ({self.label}): {type(exc).__name__}: {exc}\n"
                      + traceback.format_exc(limit=-6))
         finally:
             if vec is not None:
@@ -786,7 +834,7 @@ class _Chaos:
                 replay.close()
             self._leaks(kids, shm, seen)
         if self.echo is not None:
-            self.echo(f"segment {seg} ({mode}): steps {first}..{first + done - 1}; "
+            self.echo(f"segment {seg} ({self.label}): steps {first}..{first + done - 1}; "
                       + rep.summary())
         return done
 
@@ -801,7 +849,7 @@ class _Chaos:
              trunc: Any = None) -> dict:
         """A step's (or a reset's: no rewards, no flags) results by field name."""
         rows = len(obs)
-        out = {k: infos[k] for k in FIELDS if k in infos}
+        out = {k: infos[k] for k in FIELDS + SAME_STEP_FIELDS if k in infos}
         out["obs"] = obs
         out["rew"] = np.zeros(rows, np.float32) if rew is None else rew
         out["term"] = np.zeros(rows, bool) if term is None else term
@@ -941,7 +989,7 @@ class _Chaos:
         if count:
             self.report.divergent_rows += count
             if not self.diverged:  # the rest of the segment follows from the first
-                self.report.note(f"step {t} ({mode}): {count} divergent rows; "
+                self.report.note(f"step {t} ({self.label}): {count} divergent rows; "
                                  + "; ".join(notes) + f"; after: {'; '.join(self.events[-3:])}")
             self.diverged = True
 
