@@ -7,6 +7,7 @@ that the harness itself fails when a backend is wrong.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -33,7 +34,7 @@ from deszoo.vector.chaos import (
     running,
 )
 from deszoo.vector.shm import ShmVecEnv
-from deszoo.vector.testing import ToyEnv
+from deszoo.vector.testing import ToyEnv, legal_last
 
 # name: make_vec options, steps, harness faults
 RUNS = {
@@ -214,3 +215,23 @@ def test_ctrl_c_between_hand_out_and_wait(backend):
     finally:
         vec.close()
         replay.close()
+
+
+@pytest.mark.parametrize("backend", ["roundrobin", "shm", "supersuit"])
+def test_same_step_truncation_does_not_stick(backend):
+    """Found by the chaos run (SameStep restarts): with autoreset_mode="SameStep" an episode
+    that ended by truncation left its rows reporting trunc=True on every step of the next
+    episode, on every backend alike (the vector env writes the ended step's flags into the
+    arrays the env shares, and a step cleared term but not trunc)."""
+    opts = {} if backend == "roundrobin" else dict(num_workers=2)
+    vec = make_vec(functools.partial(ToyEnv, max_steps=3), 2, backend=backend,
+                   autoreset_mode="SameStep", **opts)
+    try:
+        _, infos = vec.reset(seed=0)
+        for t in range(9):
+            obs, rew, term, trunc, infos = vec.step(legal_last(infos["action_mask"]))
+            ended = t % 3 == 2
+            assert trunc.all() == ended and infos["_final_obs"].all() == ended, t
+            assert ended or not trunc.any(), t
+    finally:
+        vec.close()

@@ -568,6 +568,9 @@ class SimPyParallelEnv(ParallelEnv):
             acts = self._apply_invalid(acts, legal, missing)
         self.rew_buf[:] = 0.0
         self.term_buf[:] = False
+        # A live episode is not truncated (and a vector env in SameStep mode reports the
+        # flags of the episode it just reset in these very arrays, which it shares).
+        self.trunc_buf[:] = False
         if self._pending:
             pending, self._pending = self._pending, {}
             for i, (event, values) in pending.items():
