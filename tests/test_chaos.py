@@ -27,6 +27,7 @@ from deszoo.vector.chaos import (
     Replay,
     _Interrupt,
     _policy,
+    _stat,
     _watchdog,
     compare,
     proc_id,
@@ -235,3 +236,50 @@ def test_same_step_truncation_does_not_stick(backend):
             assert ended or not trunc.any(), t
     finally:
         vec.close()
+
+
+@pytest.mark.parametrize("backend", ["shm", "supersuit"])
+@pytest.mark.parametrize("command", ["reset", "rebuild"])
+def test_worker_lost_during_a_repair_is_replaced(backend, command):
+    """Found by the chaos run: a worker that died during a repair (the replacement's
+    first reset in SameStep mode; the rebuild of an env that raised) failed the whole
+    vector env (VectorEnvError), where a worker lost at any other time is replaced. Now it
+    is replaced too, and each env of it restarts once, as the replay says."""
+    same_step = command == "reset"
+    # env 3 (worker 1) raises on its second step
+    factory = ChaosFactory(ToyEnv, FaultSchedule(at=((13, 1, 2, "raise"),)))
+    vec = make_vec(factory, 4, backend=backend, num_workers=2, seed=10, timeout=5.0,
+                   on_error="restart", autoreset_mode="SameStep" if same_step else "NextStep")
+    replay = Replay(factory.for_replay(), 4, [(w.first, w.count) for w in vec._workers],
+                    same_step=same_step)
+    post = vec._post
+
+    def kill_first(w, cmd, payload):
+        if cmd == command:
+            vec.__dict__.pop("_post")
+            ident = proc_id(vec.worker_pids()[w.index])
+            os.kill(ident[0], signal.SIGKILL)
+            while running(ident) and _stat(ident[0])[0] != "Z":
+                pass
+        return post(w, cmd, payload)
+
+    rng = np.random.default_rng(0)
+    try:
+        vec.reset()
+        replay.reset(10)
+        for t in range(6):
+            acts = _policy(replay.mask, rng)
+            lost = set()
+            if t == 1:
+                vec._post = kill_first
+                if same_step:  # worker 1 killed: its replacement dies before its reset
+                    os.kill(vec.worker_pids()[1], signal.SIGKILL)
+                lost = {1}
+            obs, rew, term, trunc, infos = vec.step(acts)
+            replay.step(acts, lost)
+            got = dict(obs=obs, rew=rew, term=term, trunc=trunc, **infos)
+            bad, notes = compare(got, replay.exp, replay.timed)
+            assert not bad.any(), f"step {t}: {notes}"
+    finally:
+        vec.close()
+        replay.close()

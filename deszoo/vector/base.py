@@ -420,7 +420,9 @@ class DeszooVecEnv(VectorEnv):
             log.warning("after an interrupted call: %s", exc)
 
     def _restart_worker(self, w: Worker, seeds: list, reset_now: bool) -> None:
-        """Replace worker ``w`` by a fresh one whose envs start with ``seeds``."""
+        """Replace worker ``w`` by a fresh one whose envs start with ``seeds`` (reset at
+        once with ``reset_now``). A replacement that fails to boot, or dies or hangs before
+        its envs are reset, is replaced in turn, up to ``BOOT_ATTEMPTS`` times."""
         for attempt in range(1, BOOT_ATTEMPTS + 1):
             self._kill(w)
             w.busy = None
@@ -428,20 +430,28 @@ class DeszooVecEnv(VectorEnv):
             log.warning("restarting %s", self.describe(w))
             self._start(w, seeds)
             r = self._collect([w])[w.index]
-            if r.kind == "booted":
-                break
+            if r.kind == "booted" and reset_now:
+                r = self._exchange([w], "reset", (seeds, None))[w.index]
+                if r.kind == "ok" and r.failures:
+                    self._fail(VectorEnvError(
+                        f"{self.describe(w)} was restarted but its envs failed to reset: "
+                        + r.failures[0].message
+                    ))
+            if r.kind in ("booted", "ok"):
+                return
             if attempt == BOOT_ATTEMPTS:
                 self._fail(VectorEnvError(
                     f"{self.describe(w)} failed to restart {BOOT_ATTEMPTS} times in a row; "
                     f"last: {r.detail or r.kind}; close() the vector env"
                 ))
-        if reset_now:
-            r = self._exchange([w], "reset", (seeds, None))[w.index]
-            if r.kind != "ok" or r.failures:
-                self._fail(VectorEnvError(
-                    f"{self.describe(w)} was restarted but its envs failed to reset: "
-                    + (r.failures[0].message if r.failures else r.kind)
-                ))
+
+    def _lost(self, w: Worker, r: Reply) -> VectorEnvError:
+        """The error of a worker that died or hung (``r``)."""
+        if r.kind == "died":
+            return WorkerDiedError(f"{self.describe(w)} died{r.detail}")
+        return WorkerTimeoutError(
+            f"no answer within timeout={self.timeout:g} s from {self.describe(w)}"
+        )
 
     def _handle(self, replies: Sequence[Reply], command: str) -> list[Exception]:
         """Repair what failed in ``replies``; return the errors to report.
@@ -456,12 +466,7 @@ class DeszooVecEnv(VectorEnv):
         for r in sorted(replies, key=lambda r: r.worker):
             w = self._workers[r.worker]
             if r.kind in ("died", "hung"):
-                if r.kind == "died":
-                    errors.append(WorkerDiedError(f"{self.describe(w)} died{r.detail}"))
-                else:
-                    errors.append(WorkerTimeoutError(
-                        f"no answer within timeout={self.timeout:g} s from {self.describe(w)}"
-                    ))
+                errors.append(self._lost(w, r))
                 seeds = [self._next_seed(s) for s in w.sims]
                 self._restart_worker(w, seeds, reset_now)
                 self._mark_restarted(list(w.sims), reset_now)
@@ -471,6 +476,12 @@ class DeszooVecEnv(VectorEnv):
                 errors.append(self._sub_env_error(broken))
                 seeds = {f.env_index: self._next_seed(f.env_index) for f in broken}
                 again = self._exchange([w], "rebuild", (seeds, reset_now))[w.index]
+                if again.kind in ("died", "hung"):  # the worker went too: replace it
+                    errors.append(self._lost(w, again))
+                    every = [seeds[s] if s in seeds else self._next_seed(s) for s in w.sims]
+                    self._restart_worker(w, every, reset_now)
+                    self._mark_restarted(list(w.sims), reset_now)
+                    continue
                 if again.kind != "ok" or again.failures:
                     self._fail(VectorEnvError(
                         f"env(s) {sorted(seeds)} could not be rebuilt after a failure: "
