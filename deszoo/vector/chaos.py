@@ -816,7 +816,7 @@ class _Chaos:
                 carry = self._step(vec, replay, policy, t, fault, carry, mode, seen)
                 if carry.closed:
                     break
-            if carry.late is not None:
+            if carry.late is not None and not carry.closed:
                 rep.errors += 1
                 rep.note(f"step {first + done - 1}: a signal to worker {carry.late[0]} was "
                          "never seen")
@@ -865,6 +865,13 @@ class _Chaos:
         lost: set[int] = set()
         if carry.late is not None:
             lost.add(carry.late[0])
+            w, kind, ident = carry.late
+            want = "T" if kind == "sigstop" else "ZX"
+            if ident is not None and not _wait_state(ident, want):
+                st = _stat(ident[0])
+                rep.errors += 1
+                rep.note(f"step {t}: the {kind} of worker {w} (pid {ident[0]}) on the step "
+                         f"before has not taken: state {st[0] if st else 'gone'}")
         timer = interrupt = killer = None
         target: ProcId | None = None
         kill = fault is not None and fault.kind in ("sigkill", "sigstop")
