@@ -283,3 +283,30 @@ def test_worker_lost_during_a_repair_is_replaced(backend, command):
     finally:
         vec.close()
         replay.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_supersuit_same_step_rebuild_shows_the_new_episode(workers):
+    """Found by the chaos run: with SameStep autoreset, an env rebuilt after it raised is
+    reset at once and its rows show the new episode; on supersuit they showed what the
+    failed step left (the rebuild's new rows stayed in the worker, the parent's are copies)."""
+    factory = ChaosFactory(ToyEnv, FaultSchedule(at=((13, 1, 2, "raise"),)))
+    vec = make_vec(factory, 4, backend="supersuit", num_workers=workers, seed=10,
+                   on_error="restart", autoreset_mode="SameStep")
+    replay = Replay(factory.for_replay(), 4, [(w.first, w.count) for w in vec._workers],
+                    same_step=True)
+    rng = np.random.default_rng(0)
+    try:
+        vec.reset()
+        replay.reset(10)
+        for t in range(5):
+            acts = _policy(replay.mask, rng)
+            obs, rew, term, trunc, infos = vec.step(acts)
+            hit, _ = replay.step(acts, set())
+            assert hit == ({3} if t == 1 else set())
+            got = dict(obs=obs, rew=rew, term=term, trunc=trunc, **infos)
+            bad, notes = compare(got, replay.exp, replay.timed)
+            assert not bad.any(), f"step {t}: {notes}"
+    finally:
+        vec.close()
+        replay.close()
