@@ -68,19 +68,20 @@ def explain(rep: ChaosReport) -> str:
 
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_chaos(name, backend_opts):
-    """Faults of every kind at random steps, in restart and raise mode: every row of every
-    step is the replay's, nothing hangs, nothing is left behind."""
+    """Faults of every kind at random steps, in restart and raise mode, NextStep and
+    SameStep: every row of every step is the replay's, nothing hangs, nothing is left
+    behind."""
     opts, steps, faults = RUNS[name]
     backend_opts(opts)  # starts Ray for the ray backend
     cfg = ChaosConfig(num_envs=5, steps=steps, faults=faults, seed=11, raise_rate=0.01,
-                      exit_rate=0.003, segment_steps=steps // 2, **opts)
+                      exit_rate=0.003, segment_steps=steps // 4, autoreset_mode="both", **opts)
     rep = run_chaos(cfg)
     assert rep.ok, explain(rep)
     kinds = set(cfg.kinds)
     if cfg.backend == "roundrobin" or cfg.num_workers == 0:
         kinds = {"sigint"}
     assert kinds <= set(rep.faults), explain(rep)
-    assert rep.faults["sigint"] >= 1 and rep.segments >= 2
+    assert rep.faults["sigint"] >= 1 and rep.segments >= 4
     if cfg.steps >= 200:
         assert rep.faults["env_raise"] >= 1, explain(rep)
 
