@@ -30,6 +30,8 @@ PROCESS_BACKENDS = {
 }
 if HAS_RAY:
     PROCESS_BACKENDS["ray2"] = dict(backend="ray", num_workers=2)
+    # One node actor whose shm pool has 2 workers (the session's Ray has one 2-CPU node).
+    PROCESS_BACKENDS["raynode"] = dict(backend="ray", per_node=True)
 ALL_BACKENDS = {
     "roundrobin": dict(backend="roundrobin"),
     "supersuit0": dict(backend="supersuit", num_workers=0),

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
-from test_vector_faults import assert_gone
+from test_vector import scenario_kwargs
+from test_vector_faults import assert_gone, shm_entries, step_n
 
-from deszoo.errors import ConfigError
+import deszoo
+from deszoo.errors import ConfigError, SubEnvError, WorkerDiedError
 from deszoo.vector import make_vec
-from deszoo.vector.testing import ToyEnv
+from deszoo.vector.testing import ToyEnv, assert_same_rollouts, legal_last, rollout
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -110,3 +114,165 @@ def test_missing_ray_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(ImportError, match=r"pip install 'deszoo\[ray\]'"):
         make_vec(toy(), 2, backend="ray")
+
+
+# ---- per_node=True: one actor per node, each running a shm pool ------------------------
+def make_pools(env, num_envs, chunk_bytes=None, **kwargs):
+    """A ``per_node`` vector env with two node actors on the session's one node (1 and 2
+    workers), as a two-node cluster would have; replies cut in ``chunk_bytes`` pieces."""
+    from deszoo.vector import _spec
+    from deszoo.vector.ray_nodes import RayNodeVecEnv
+
+    cls = RayNodeVecEnv
+    if chunk_bytes is not None:
+        cls = type("SmallChunks", (RayNodeVecEnv,), {"chunk_bytes": chunk_bytes})
+    node = ray.get_runtime_context().get_node_id()
+    env_kwargs = {k: kwargs.pop(k) for k in ("preset", "max_steps") if k in kwargs}
+    return cls(_spec(env, num_envs, env_kwargs), nodes=[(node, 1), (node, 2)], **kwargs)
+
+
+@pytest.mark.parametrize("scenario, mode", [
+    *[(s, "NextStep") for s in deszoo.list_envs()],
+    ("jobshop_v0", "SameStep"), ("ridehail_v0", "SameStep"), ("supplychain_v0", "SameStep"),
+])
+def test_per_node_pools_are_bit_identical(scenario, mode):
+    """Two node actors (1 + 2 shm workers, 5 envs split 2/2/1) give roundrobin's bytes;
+    in NextStep mode their replies come in chunks of 1000 bytes (as large replies do)."""
+    kwargs = scenario_kwargs(scenario)
+    ref = make_vec(scenario, 5, backend="roundrobin", seed=11, autoreset_mode=mode, **kwargs)
+    chunk = 1000 if mode == "NextStep" else None
+    vec = make_pools(scenario, 5, chunk, seed=11, autoreset_mode=mode, **kwargs)
+    try:
+        assert vec.node_workers() == [[0], [1, 2]]
+        assert [w.count for w in vec._workers] == [2, 2, 1]
+        assert_same_rollouts(rollout(ref, 50), rollout(vec, 50), f"{scenario} {mode}")
+    finally:
+        vec.close()
+        ref.close()
+
+
+def test_per_node_layout_and_arguments():
+    """make_vec(per_node=True): one actor per node, its CPUs as shm workers; the split
+    follows the nodes' CPUs; bad arguments raise ConfigError."""
+    from deszoo.vector.ray_nodes import share
+
+    assert share(4, [2, 2]) == [2, 2] and share(3, [1, 2]) == [1, 2]
+    assert share(5, [1, 1, 2]) == [1, 1, 3] and share(1, [1, 4]) == [0, 1]
+    vec = make_vec(toy(), 5, backend="ray", per_node=True)  # the session's Ray: 2 CPUs
+    try:
+        assert vec.per_node and vec.num_workers == 2 and vec.node_workers() == [[0, 1]]
+        pids, actors = vec.worker_pids(), vec.actor_pids()
+        assert len(set(pids)) == 2 and len(actors) == 1 and not set(pids) & set(actors)
+        assert len(vec.worker_nodes()) == 2
+    finally:
+        vec.close()
+    assert_gone(pids + actors)
+    vec = make_vec(toy(), 3, backend="ray", per_node=True, num_workers=3, spin_us=0,
+                   start_method="fork")
+    vec.close()
+    for bad in (dict(backend="shm", per_node=True),
+                dict(backend="ray", spin_us=10),
+                dict(backend="ray", per_node=True, start_method="nope"),
+                dict(backend="ray", per_node=True, num_workers=9)):
+        with pytest.raises(ConfigError):
+            make_vec(toy(), 2, **bad)
+    from deszoo.vector import _spec
+    from deszoo.vector.ray_nodes import RayNodeVecEnv
+
+    with pytest.raises(ConfigError, match="nodes"):
+        RayNodeVecEnv(_spec(toy(), 2, {}), nodes=[("x", 0)])
+
+
+@pytest.mark.parametrize("on_error", ["raise", "restart"])
+def test_lost_node_actor(on_error):
+    """SIGKILL a node actor: its workers count as dead (WorkerDiedError naming the actor and
+    the envs, or a restart), the other node's rows are kept, a new actor takes over and
+    close() leaves no process and no shared memory."""
+    before = shm_entries()
+    vec = make_pools(toy(), 5, seed=3, timeout=20.0, on_error=on_error)
+    ref = make_vec(toy(), 5, seed=3, backend="roundrobin")
+    old = vec.worker_pids() + vec.actor_pids()
+    try:
+        _, infos = vec.reset()
+        ref.reset()
+        os.kill(vec.actor_pids()[1], signal.SIGKILL)  # node 1: workers 1, 2, envs 2..4
+        time.sleep(0.1)
+        acts = legal_last(infos["action_mask"])
+        ref_obs, *_ = ref.step(acts)
+        if on_error == "raise":
+            with pytest.raises(WorkerDiedError, match=r"ray node actor 1 .*envs 2\.\.3") as err:
+                vec.step(acts)
+            assert "1 more fault" in str(err.value)
+            obs, rew, term, trunc, infos = err.value.results
+        else:
+            obs, rew, term, trunc, infos = vec.step(acts)
+        np.testing.assert_array_equal(obs[:6], ref_obs[:6])
+        assert infos["restarted"][6:].all() and trunc[6:].all()
+        assert not infos["restarted"][:6].any()
+        assert vec.actor_pids()[1] not in old and vec.actor_pids()[0] in old
+        infos = step_n(vec, infos, 3)
+        assert infos["live"][6:].any()
+        new = vec.worker_pids() + vec.actor_pids()
+    finally:
+        vec.close()
+        ref.close()
+    assert_gone(old + new)
+    assert shm_entries() <= before
+
+
+def test_per_node_env_error_names_the_env():
+    """An env exception in a pool is a SubEnvError with the batch-wide env index."""
+    vec = make_pools(toy(fail_at=2, fail_seed=13), 5, seed=10)
+    try:
+        _, infos = vec.reset()
+        infos = step_n(vec, infos, 1)
+        with pytest.raises(SubEnvError, match="env 3 raised ValueError") as err:
+            vec.step(legal_last(infos["action_mask"]))
+        assert err.value.env_index == 3 and "step_arrays" in err.value.worker_traceback
+        step_n(vec, err.value.results[4], 2)
+    finally:
+        vec.close()
+
+
+def test_per_node_restart_of_envs_in_every_worker():
+    """Every env fails in one step (restart mode): each worker's rebuild reply touches its
+    own rows only, so all rows report the truncation; the next step starts them again."""
+    vec = make_pools(toy(fail_at=2), 5, seed=10, on_error="restart")
+    try:
+        _, infos = vec.reset()
+        infos = step_n(vec, infos, 1)
+        obs, rew, term, trunc, infos = vec.step(legal_last(infos["action_mask"]))
+        assert infos["restarted"].all() and trunc.all() and not term.any()
+        assert not infos["live"].any() and (obs == 0).all()
+        obs, rew, term, trunc, infos = vec.step(legal_last(infos["action_mask"]))
+        assert not infos["restarted"].any() and infos["live"].all()
+    finally:
+        vec.close()
+
+
+def test_per_node_async_mode_matches_sync():
+    """send/recv over two node actors (one worker per recv): each env's observations, in
+    the order it produced them, are those of a sync roundrobin run."""
+    vec = make_pools(toy(), 6, seed=4, batch_size=2)
+    ref = make_vec(toy(), 6, seed=4, backend="roundrobin")
+    try:
+        obs, infos = ref.reset()
+        want = [obs]
+        for _ in range(6):
+            obs, *_, infos = ref.step(legal_last(infos["action_mask"]))
+            want.append(obs)
+        seen = {e: 0 for e in range(6)}  # observations checked per env
+        vec.async_reset()
+        for _ in range(12):
+            obs, _, _, _, infos = vec.recv()
+            for k, row in enumerate(infos["env_id"][::3].tolist()):
+                e = row // 3
+                if seen[e] < len(want):
+                    np.testing.assert_array_equal(obs[3 * k : 3 * k + 3],
+                                                  want[seen[e]][row : row + 3])
+                seen[e] += 1
+            vec.send(legal_last(infos["action_mask"]), infos["env_id"])
+        assert sum(seen.values()) == 12 * 2 and min(seen.values()) >= 1
+    finally:
+        vec.close()
+        ref.close()

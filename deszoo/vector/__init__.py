@@ -11,7 +11,8 @@ Example::
 
 Backends: ``roundrobin`` (one process), ``supersuit`` (SuperSuit's multiprocess
 vectorization, seeded correctly), ``shm`` (our shared-memory workers, sync or async) and
-``ray`` (Ray actors, on one machine or a cluster; ``pip install 'deszoo[ray]'``).
+``ray`` (Ray actors, on one machine or a cluster; with ``per_node=True`` one actor per node,
+each running a ``shm`` pool of its cores; ``pip install 'deszoo[ray]'``).
 Every backend returns bit-identical results for the same seed and actions. See
 ``docs/vector.md``.
 """
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from deszoo.core.config import check_seed
+from deszoo.core.memory import check_fits, env_bytes
 from deszoo.errors import ConfigError
 from deszoo.vector.base import DeszooVecEnv, VecSpec
 
@@ -77,10 +79,18 @@ def _shm(spec: VecSpec, seed, num_workers, batch_size, timeout, start_method, **
     )
 
 
-def _ray(spec: VecSpec, seed, num_workers, batch_size, timeout, start_method, **opts):
+def _ray(spec: VecSpec, seed, num_workers, batch_size, timeout, start_method,
+         per_node: bool = False, **opts):
     from deszoo.vector.ray_backend import RayVecEnv, import_ray
 
     import_ray()  # ImportError saying how to install it
+    if per_node:  # one actor per node, each running a shm pool of that node's cores
+        from deszoo.vector.ray_nodes import RayNodeVecEnv
+
+        if num_workers is not None:
+            num_workers = _workers("ray", spec, num_workers)
+        return RayNodeVecEnv(spec, seed=seed, num_workers=num_workers, timeout=timeout,
+                             batch_size=batch_size, start_method=start_method, **opts)
     _no_start_method("ray", start_method)
     return RayVecEnv(spec, seed=seed, num_workers=_workers("ray", spec, num_workers),
                      timeout=timeout, batch_size=batch_size, **opts)
@@ -171,11 +181,18 @@ def _spec(env: str | Callable[[], Any], num_envs: int, env_kwargs: dict) -> VecS
             probe = ParallelEnvArrays(factory())
             factory = ArrayFactory(factory)
         name = (probe.metadata or {}).get("name", type(probe).__name__)
+        rows = probe.rows
+        n = len(rows.names)
+        check_fits(
+            f"make_vec({name!r}, {num_envs})",
+            num_envs * env_bytes(n, rows.obs_dim, rows.mask_dim, model=hasattr(probe, "p")),
+            f"{num_envs} envs x {n} agents, observations of {rows.obs_dim} floats",
+        )
         return VecSpec(
             factory=factory,
             name=name,
             num_sims=num_envs,
-            rows=probe.rows,
+            rows=rows,
             mask_in_obs=bool(getattr(probe, "mask_in_obs", False)),
         )
     finally:
@@ -196,6 +213,7 @@ def make_vec(
     autoreset_mode: str = "NextStep",
     copy: bool = True,
     address: str | None = None,
+    per_node: bool = False,
     spin_us: float | None = None,
     **env_kwargs: Any,
 ) -> DeszooVecEnv:
@@ -222,7 +240,8 @@ def make_vec(
             repaired (the env rebuilt, the worker replaced, their rows reported truncated
             with ``infos["restarted"]``): ``"raise"`` (default) raises it, ``"restart"``
             logs it. Bad input (actions) always raises.
-        start_method: multiprocessing start method (``"fork"``, ``"spawn"``, ...).
+        start_method: multiprocessing start method (``"fork"``, ``"spawn"``, ...) of
+            ``shm`` and ``supersuit`` workers (and of ``ray`` pools with ``per_node``).
         autoreset_mode: ``"NextStep"`` (Gymnasium's default), ``"SameStep"`` or
             ``"Disabled"`` (reset ended envs with ``reset(options={"reset_mask": m})``).
         copy: return copies (default) or views of the batch buffers, valid until the next
@@ -230,8 +249,13 @@ def make_vec(
         address: ``ray`` only: the Ray cluster to start or join if Ray is not initialised
             (``None``, ``"auto"``, ``"host:port"``, ``"ray://host:10001"``); see
             ``docs/distributed.md``.
-        spin_us: ``shm`` only: microseconds an idle worker polls for its next command
-            before it sleeps (default: 300 when each worker can have a core, else 0).
+        per_node: ``ray`` only: one actor per Ray node, each running a ``shm`` pool of
+            that node's cores, so a step costs one remote call per node; ``num_workers``
+            is then the pools' worker processes in all (default: the cluster's CPUs, at
+            most one per env). See ``docs/distributed.md``.
+        spin_us: ``shm`` (and ``ray`` with ``per_node``) only: microseconds an idle worker
+            polls for its next command before it sleeps (default: 300 when each worker can
+            have a core, else 0; 0 in ``ray`` pools).
         **env_kwargs: scenario arguments (``preset="small"``, ...), only with a name.
 
     Returns:
@@ -245,9 +269,15 @@ def make_vec(
         if backend in ("roundrobin", "supersuit", "shm"):
             raise ConfigError(f"address={address!r} is for backend='ray' only")
         extra["address"] = address
+    if per_node:
+        if backend in ("roundrobin", "supersuit", "shm"):
+            raise ConfigError(f"per_node={per_node!r} is for backend='ray' only")
+        extra["per_node"] = True
     if spin_us is not None:
-        if backend != "shm":
-            raise ConfigError(f"spin_us={spin_us!r} is for backend='shm' only")
+        if backend != "shm" and not per_node:
+            raise ConfigError(
+                f"spin_us={spin_us!r} is for backend='shm' (or 'ray' with per_node=True) only"
+            )
         extra["spin_us"] = spin_us
     spec = _spec(env, num_envs, env_kwargs)
     return BACKENDS[backend](

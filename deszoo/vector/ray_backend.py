@@ -220,6 +220,10 @@ class RayVecEnv(DeszooVecEnv):
     """
 
     backend = "ray"
+    per_node = False
+    # The actors' class body and default options (``RayNodeVecEnv`` has its own).
+    _actor_body: type = _Host
+    _actor_defaults: dict = ACTOR_OPTIONS
 
     def __init__(
         self,
@@ -243,14 +247,18 @@ class RayVecEnv(DeszooVecEnv):
             raise ConfigError(f"boot_timeout={boot_timeout!r} must be positive (seconds)")
         self.boot_timeout = max(self.timeout, 60.0) if boot_timeout is None else boot_timeout
         self.started_ray = ensure_ray(address)
-        opts = {**ACTOR_OPTIONS, **(actor_options or {})}
-        self._actor_cls = ray.remote(**opts)(_Host)
+        opts = {**self._actor_defaults, **(actor_options or {})}
+        self._actor_cls = ray.remote(**opts)(self._actor_body)
         self._fields = FIELDS + (SAME_STEP_FIELDS if self._same_step else ())
         self._bufs = Buffers(self.layout)
         self._handles: list = []  # what the finalizer kills
         self._close_timeout = [float(close_timeout)]
         self._finalizer = weakref.finalize(self, _shutdown, self._handles, self._close_timeout)
+        self._setup()
         self._boot()
+
+    def _setup(self) -> None:
+        """What a subclass prepares before the actors start (nothing here)."""
 
     # ---- transport ------------------------------------------------------------------
     def _launch(self, w: Worker, reset_seeds: list | None) -> None:
@@ -343,6 +351,10 @@ class RayVecEnv(DeszooVecEnv):
         """Process ids of the actors, by actor index (on their own nodes)."""
         return [w.handle.pid for w in self._workers
                 if w.handle is not None and w.handle.pid is not None]
+
+    def actor_pids(self) -> list[int]:
+        """Process ids of the Ray actors (here the workers themselves)."""
+        return self.worker_pids()
 
     def worker_nodes(self) -> list[tuple[str, str]]:
         """``(ip address, Ray node id)`` of the node each actor runs on, by actor index."""

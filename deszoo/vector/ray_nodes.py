@@ -1,0 +1,602 @@
+"""``ray`` with ``per_node=True``: one Ray actor per node, each running a ``shm`` pool.
+
+Design (the lifecycle is the base class's; this module is the transport):
+
+* The parent's workers are the pools' ``shm`` worker processes, split as on every backend
+  (consecutive envs, the first workers one more). Consecutive workers are grouped into one
+  node actor per Ray node, in proportion to the node's CPUs, so each node hosts a block of
+  consecutive envs.
+* A node actor (:class:`_NodeHost`) owns a :class:`~deszoo.vector.shm.ShmVecEnv` over its
+  envs (``num_workers`` = its workers) and drives it through the base lifecycle
+  (``_start``, ``_kill``, ``_exchange``): the pool is used as it is, only its boot is
+  deferred so that each worker can be started, or replaced, on its own.
+* A command is **one remote call per node**: a step sends the node's actions (one array)
+  and gets back one uint8 array packing its results (observations, masks, rewards, flags,
+  clocks, event counts), with one reply per worker only when something is to report.
+* Faults map one to one: an env exception, or a ``shm`` worker that dies or hangs, comes
+  back as that worker's reply (the node actor sees it through the pool), so the base class
+  raises or restarts exactly as with ``shm``. A node actor that dies (its node lost, or the
+  process killed) is a death of each of its workers; the first restart builds a new node
+  actor (placed by Ray, on the same node if it is still there) and each worker is started
+  again in it.
+
+See ``docs/distributed.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from deszoo.errors import ConfigError
+from deszoo.vector._host import Call
+from deszoo.vector.base import Reply, VecSpec, Worker, sigint_deferred
+from deszoo.vector.ray_backend import (
+    FIELDS,
+    SAME_STEP_FIELDS,
+    SIM_FIELDS,
+    RayVecEnv,
+    ensure_ray,
+    import_ray,
+)
+from deszoo.vector.shm import ShmVecEnv
+
+__all__ = ["RayNodeVecEnv", "alive_nodes", "share"]
+
+log = logging.getLogger(__name__)
+
+# Node actors reserve no CPU (their pools' workers use the node's cores, which Ray does not
+# see). Each is pinned to its node (a hard node affinity: a soft one let Ray put two pools
+# on one node when the other was slow to start a worker process); the replacement of a
+# lost node's actor goes wherever Ray places it.
+NODE_ACTOR_OPTIONS = {"max_restarts": 0, "max_task_retries": 0, "num_cpus": 0}
+DATA_COMMANDS = ("step", "reset", "rebuild")  # commands whose reply carries the rows
+# Ray sends a return value of up to 100 KiB inline with the call's answer and a larger one
+# through its object store, which costs milliseconds more per call (measured: ridehail_v0,
+# 16 envs per node, 390 KB). So a larger reply comes back in chunks of this size, each its
+# own return value.
+CHUNK = 96 * 1024
+
+
+def alive_nodes() -> list[tuple[str, int]]:
+    """``(Ray node id, CPUs)`` of every alive node that has at least one CPU."""
+    ray = import_ray()
+    out = []
+    for n in ray.nodes():
+        cpus = int(n.get("Resources", {}).get("CPU", 0))
+        if n.get("Alive") and cpus >= 1:
+            out.append((n["NodeID"], cpus))
+    return out
+
+
+def share(total: int, weights: list[int]) -> list[int]:
+    """Split ``total`` in proportion to ``weights`` (largest remainders get the rest)."""
+    s = sum(weights)
+    exact = [total * w / s for w in weights]
+    out = [int(e) for e in exact]
+    for k in sorted(range(len(weights)), key=lambda k: (out[k] - exact[k], k))[: total - sum(out)]:
+        out[k] += 1
+    return out
+
+
+# ---- inside a node actor -----------------------------------------------------------------
+_ARMED = False
+
+
+def _die_with(parent: int) -> None:
+    """In a pool worker: die when the node actor's process does (Linux ``PDEATHSIG``).
+
+    A node actor killed by Ray cannot close its pool; idle workers would exit at the EOF
+    of their doorbell anyway, this also ends a worker stuck in an env.
+    """
+    global _ARMED
+    if _ARMED or os.getpid() == parent or os.getppid() != parent:
+        return  # the actor itself, or not its direct child (forkserver)
+    _ARMED = True
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() != parent:  # it died before prctl
+        os._exit(1)
+
+
+class _DieWithParent:
+    """The env factory of a pool: arms :func:`_die_with` in the worker, then builds."""
+
+    def __init__(self, factory: Any, parent: int):
+        self.factory, self.parent = factory, parent
+
+    def __call__(self) -> Any:
+        _die_with(self.parent)
+        return self.factory()
+
+
+class _Pool(ShmVecEnv):
+    """A ``shm`` vector env whose workers its node actor starts one at a time."""
+
+    def _boot(self) -> None:
+        """Nothing at construction: :meth:`_NodeHost.launch` starts the workers."""
+
+
+class _NodeHost:
+    """Body of a node actor: a ``shm`` pool over envs ``first .. first + spec.num_sims - 1``.
+
+    Worker ``j`` of the pool is worker ``node.workers[j]`` of the parent. Env indices in
+    messages are batch-wide; the pool numbers its envs from 0.
+    """
+
+    def __init__(
+        self,
+        spec: VecSpec,
+        first: int,
+        num_workers: int,
+        events: np.ndarray,
+        same_step: bool,
+        pool_options: dict,
+        chunk: int = CHUNK,
+    ):
+        import ray
+
+        self.first = first
+        self.info = (os.getpid(), ray.util.get_node_ip_address(),
+                     ray.get_runtime_context().get_node_id())
+        self.error: str | None = None
+        try:
+            spec = dataclasses.replace(spec, factory=_DieWithParent(spec.factory, os.getpid()))
+            self.pool = _Pool(spec, num_workers=num_workers, **pool_options)
+            bufs = self.pool._bufs
+            bufs.events[:] = events  # event counts survive the actor's replacement
+            names = FIELDS + (SAME_STEP_FIELDS if same_step else ())
+            self.parts = [getattr(bufs, n).reshape(-1).view(np.uint8) for n in names]
+            sizes = [p.nbytes for p in self.parts]
+            self.offsets = dict(zip(names, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
+            self.block = np.empty(sum(sizes), dtype=np.uint8)
+            self.chunks = [self.block[a : a + chunk] for a in range(0, len(self.block), chunk)]
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+
+    def launch(self, seeds: dict[int, list | None]) -> tuple:
+        """(Re)start pool workers ``j`` whose envs start with ``seeds[j]``; wait for them.
+
+        Returns ``(actor info, (offsets, chunks per reply), {j: (kind, pid, detail)})``.
+        """
+        if self.error is not None:
+            return self.info, None, {j: ("boot_failed", None, self.error) for j in seeds}
+        pool = self.pool
+        ws = []
+        for j, s in seeds.items():
+            w = pool._workers[j]
+            pool._kill(w)
+            w.busy = None
+            pool._ready.pop(j, None)
+            pool._start(w, s)
+            ws.append(w)
+        replies = pool._collect(ws)
+        out = {}
+        for w in ws:
+            r = replies[w.index]
+            pid = w.handle.proc.pid if w.handle is not None else None
+            out[w.index] = (r.kind, pid, r.detail)
+        return self.info, (self.offsets, len(self.chunks)), out
+
+    def run(self, command: str, workers: list[int] | None, payload: Any,
+            actions: np.ndarray | None) -> tuple:
+        """Run ``command`` on pool workers ``workers`` (``None``: all).
+
+        Returns ``(block, replies)``: ``block`` packs the node's rows (step, reset,
+        rebuild), ``replies`` is ``None`` when every worker answered ``ok`` with nothing
+        to report, else ``[(j, kind, failures, value, detail), ...]``. With more than one
+        chunk: ``(replies, chunk 0, chunk 1, ...)``, one return value each (``None``
+        chunks when there is no block).
+        """
+        pool = self.pool
+        if actions is not None:
+            pool._bufs.act[:] = actions
+        ws = pool._workers if workers is None else [pool._workers[j] for j in workers]
+        notes = []
+        live = []
+        for w in ws:
+            if w.handle is None:
+                notes.append((w.index, "died", [], None, " (not running); its envs were lost"))
+            else:
+                live.append(w)
+        if command != "step":
+            payload = {j: self._local(command, p) for j, p in payload.items()}
+        replies = pool._exchange(live, command, payload) if live else {}
+        data = command in DATA_COMMANDS
+        if data:
+            np.concatenate(self.parts, out=self.block)
+        if notes or not all(r.kind == "ok" and not r.failures and r.value is None
+                            for r in replies.values()):
+            for j, r in replies.items():
+                for f in r.failures:
+                    f.env_index += self.first
+                notes.append((j, r.kind, r.failures, r.value, r.detail))
+        reply = notes or None
+        if len(self.chunks) == 1:
+            return (self.block if data else None), reply
+        return (reply, *(self.chunks if data else [None] * len(self.chunks)))
+
+    def _local(self, command: str, payload: Any) -> Any:
+        """A command's arguments with batch-wide env indices made the pool's."""
+        first = self.first
+        if command == "call":
+            c: Call = payload
+            return Call(c.kind, c.name, tuple(s - first for s in c.sims), c.args, c.kwargs,
+                        c.values)
+        if command == "rebuild":
+            seeds, reset_now = payload
+            return {s - first: v for s, v in seeds.items()}, reset_now
+        return payload
+
+    def close(self) -> None:
+        if self.error is None:
+            self.pool.close()
+
+
+# ---- in the parent -----------------------------------------------------------------------
+@dataclass
+class _Node:
+    """The parent's record of one node actor and the workers (consecutive) it hosts."""
+
+    index: int
+    target: str | None  # the Ray node id it is placed on (None: where Ray places it)
+    workers: list[int]
+    first: int
+    count: int
+    handle: Any = None
+    generation: int = 0
+    lost: bool = False  # its actor died; the next restart replaces it
+    pid: int | None = None
+    ip: str | None = None
+    node_id: str | None = None
+    inflight: dict = field(default_factory=dict)  # first ref -> (kind, [workers], refs)
+    command: str | None = None  # the command being gathered for one call
+    pending: dict = field(default_factory=dict)  # pool worker j -> payload
+    launches: dict = field(default_factory=dict)  # pool worker j -> reset seeds
+    copies: list | None = None  # whole-node copy plan
+    run: Any = None  # the actor's ``run`` method, with as many returns as its reply has
+
+
+@dataclass
+class _Slot:
+    """Where a worker runs: pool worker ``j`` of node ``node``, started in the actor of
+    generation ``generation``."""
+
+    node: int
+    j: int
+    generation: int
+    pid: int | None = None
+
+
+class RayNodeVecEnv(RayVecEnv):
+    """Per-node ``shm`` pools driven by one Ray actor per node; see ``docs/distributed.md``.
+
+    Args:
+        spec: what to build.
+        seed: seed of the first ``reset()`` (env ``i`` gets ``seed + i``).
+        num_workers: ``shm`` worker processes in all, shared out over the nodes in
+            proportion to their CPUs; default: the CPUs of the nodes, at most one per env.
+        timeout: seconds a pool waits for a worker before it counts as hung; the parent
+            gives a node actor ``min(timeout, 5)`` seconds more before it counts as hung.
+        address: where Ray runs if it is not initialised yet (see :class:`RayVecEnv`).
+        nodes: ``[(Ray node id, CPUs), ...]`` to use; default: every alive node with CPUs
+            (:func:`alive_nodes`). A node id may repeat (several pools on one node).
+        start_method: the pools' multiprocessing start method (default: the platform's).
+        spin_us: how long an idle pool worker polls for its next command before it sleeps
+            (see :class:`~deszoo.vector.shm.ShmVecEnv`); default 0: the next command comes
+            through a Ray call, a millisecond later, so spinning would only burn the core.
+        actor_options: Ray options for the node actors, over ``num_cpus=0,
+            max_restarts=0`` and an affinity to their node (given a
+            ``scheduling_strategy``, the actors go where it says).
+        boot_timeout, close_timeout: as for :class:`RayVecEnv`.
+        **options: ``batch_size``, ``on_error``, ``autoreset_mode``, ``copy``.
+    """
+
+    per_node = True
+    chunk_bytes = CHUNK  # largest return value of a node actor's reply
+    _actor_body = _NodeHost
+    _actor_defaults = NODE_ACTOR_OPTIONS
+
+    def __init__(
+        self,
+        spec: VecSpec,
+        seed: int | None = 0,
+        num_workers: int | None = None,
+        timeout: float = 60.0,
+        address: str | None = None,
+        nodes: list[tuple[str, int]] | None = None,
+        start_method: str | None = None,
+        spin_us: float = 0.0,
+        actor_options: dict | None = None,
+        boot_timeout: float | None = None,
+        close_timeout: float = 5.0,
+        **options: Any,
+    ):
+        import multiprocessing as mp
+
+        import_ray()
+        try:
+            mp.get_context(start_method)
+        except ValueError:
+            raise ConfigError(
+                f"start_method={start_method!r}; valid: None or one of "
+                f"{mp.get_all_start_methods()}"
+            ) from None
+        if not (isinstance(spin_us, (int, float)) and 0 <= spin_us < float("inf")):
+            raise ConfigError(f"spin_us={spin_us!r} must be a number >= 0 (microseconds)")
+        started = ensure_ray(address)
+        if nodes is None:
+            nodes = alive_nodes()
+            if not nodes:
+                raise ConfigError("per_node=True: Ray has no alive node with a CPU")
+        elif not nodes or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 1 for _, c in nodes
+        ):
+            raise ConfigError(f"nodes={nodes!r} must be a non-empty list of (node id, CPUs >= 1)")
+        self.nodes = [(nid, int(c)) for nid, c in nodes]
+        if num_workers is None:
+            num_workers = min(sum(c for _, c in self.nodes), spec.num_sims)
+        self._pool_options = dict(start_method=start_method, spin_us=spin_us)
+        self._placement = "scheduling_strategy" not in (actor_options or {})
+        self._early: list[Reply] = []
+        super().__init__(spec, seed=seed, num_workers=num_workers, timeout=timeout,
+                         actor_options=actor_options, boot_timeout=boot_timeout,
+                         close_timeout=close_timeout, **options)
+        self.started_ray = started
+
+    def _setup(self) -> None:
+        """Group the workers into node actors, in proportion to the nodes' CPUs."""
+        self._pool_options.update(timeout=self.timeout, close_timeout=self._close_timeout[0])
+        # A pool reports a hung worker after ``timeout``; its actor gets a little longer.
+        self._grace = min(self.timeout, 5.0)
+        self._nodes: list[_Node] = []
+        self._node_of = [0] * self.num_workers
+        k = 0
+        for (target, _), n in zip(self.nodes, share(self.num_workers, [c for _, c in self.nodes]),
+                                  strict=True):
+            if n == 0:
+                continue
+            ws = self._workers[k : k + n]
+            k += n
+            node = _Node(len(self._nodes), target, [w.index for w in ws], ws[0].first,
+                         sum(w.count for w in ws))
+            for w in ws:
+                self._node_of[w.index] = node.index
+            self._nodes.append(node)
+
+    # ---- transport ------------------------------------------------------------------
+    def _new_actor(self, node: _Node) -> None:
+        opts = {}
+        if node.generation and node.target is not None and node.target not in dict(
+            alive_nodes()
+        ):
+            log.warning("Ray node %s is gone; node actor %d goes where Ray places it",
+                        node.target, node.index)
+            node.target = None
+        if self._placement and node.target is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node.target, soft=False)
+        spec = dataclasses.replace(self.sim_spec, num_sims=node.count)
+        events = self._bufs.events[node.first : node.first + node.count].copy()
+        node.handle = self._actor_cls.options(**opts).remote(
+            spec, node.first, len(node.workers), events, self._same_step, self._pool_options,
+            self.chunk_bytes)
+        self._handles.append(node.handle)
+        node.generation += 1
+        node.lost = False
+        node.pid = node.ip = node.node_id = None
+
+    def _launch(self, w: Worker, reset_seeds: list | None) -> None:
+        node = self._nodes[self._node_of[w.index]]
+        if node.handle is None:
+            self._new_actor(node)
+        j = w.index - node.workers[0]
+        w.handle = _Slot(node.index, j, node.generation)
+        node.launches[j] = reset_seeds
+
+    def _post(self, w: Worker, command: str, payload: Any) -> None:
+        slot: _Slot | None = w.handle
+        node = self._nodes[self._node_of[w.index]]
+        if slot is None or node.handle is None or node.lost or slot.generation != node.generation:
+            self._early.append(Reply(w.index, "died",
+                                     detail=" (its node actor was lost); its envs were lost"))
+            return
+        if node.command not in (None, command):
+            self._send(node)
+        node.command = command
+        node.pending[slot.j] = payload
+
+    def _post_all(self, ws: Sequence[Worker], command: str, payloads: Any = None) -> None:
+        """Gather the commands per node, then send each node one call."""
+        super()._post_all(ws, command, payloads)
+        self._flush()
+
+    def _flush(self) -> None:
+        """Send every node its gathered launches and command, one remote call each."""
+        try:
+            with sigint_deferred():
+                for node in self._nodes:
+                    self._send(node)
+        except BaseException:
+            self._interrupted = True  # the next call sends what is left and collects it
+            raise
+
+    def _send(self, node: _Node) -> None:
+        if node.launches:
+            ref = node.handle.launch.remote(node.launches)
+            node.inflight[ref] = ("boot", [node.workers[j] for j in node.launches], [ref])
+            node.launches = {}
+        if node.pending:
+            command, pending = node.command, node.pending
+            every = len(pending) == len(node.workers)
+            n = self.agents_per_sim
+            actions = (self._bufs.act[node.first * n : (node.first + node.count) * n]
+                       if command == "step" else None)
+            payload = next(iter(pending.values())) if command == "step" else pending
+            refs = node.run.remote(command, None if every else sorted(pending), payload, actions)
+            if not isinstance(refs, list):
+                refs = [refs]
+            node.inflight[refs[0]] = (command, [node.workers[j] for j in sorted(pending)], refs)
+            node.command, node.pending = None, {}
+
+    def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
+        if self._early:
+            out, self._early = self._early, []
+            return out
+        self._flush()
+        owner = {ref: node for node in self._nodes for ref in node.inflight}
+        if not owner:
+            return []
+        busy = sum(len(ws) for node in self._nodes for _, ws, _ in node.inflight.values())
+        ray = self._ray
+        ready, _ = ray.wait(list(owner), num_returns=len(owner) if want >= busy else 1,
+                            timeout=max(0.0, deadline - time.monotonic()) + self._grace)
+        calls = [(owner[ref], *owner[ref].inflight.pop(ref)) for ref in ready]
+        try:  # one get for every answer (a call's return values come together)
+            values = ray.get([r for *_, refs in calls for r in refs])
+        except self._errors:
+            values = None
+        out: list[Reply] = []
+        at = 0
+        for node, kind, ws, refs in calls:
+            try:
+                got = values[at : at + len(refs)] if values is not None else ray.get(refs)
+                at += len(refs)
+                if len(refs) == 1:
+                    value = got[0]
+                else:  # (replies, chunks...) -> (block, replies)
+                    value = (None if got[1] is None else np.concatenate(got[1:]), got[0])
+            except self._errors as exc:
+                node.lost = True
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                detail = (f" (its node actor was lost; ray: {type(exc).__name__}: {reason}); "
+                          "its envs were lost")
+                out += [Reply(i, "died", detail=detail) for i in ws]
+                continue
+            out += self._replies(node, kind, ws, value)
+        return out
+
+    def _replies(self, node: _Node, kind: str, ws: list[int], value: Any) -> list[Reply]:
+        out = []
+        if kind == "boot":
+            info, offsets, results = value
+            node.pid, node.ip, node.node_id = info
+            if offsets is not None:
+                offsets, chunks = offsets
+                if node.copies is None:
+                    node.copies = self._plan(node, offsets)
+                node.run = (node.handle.run if chunks == 1
+                            else node.handle.run.options(num_returns=chunks + 1))
+            for j, (k, pid, detail) in results.items():
+                i = node.workers[j]
+                if self._workers[i].handle is not None:
+                    self._workers[i].handle.pid = pid
+                out.append(Reply(i, "booted" if k == "booted" else "boot_failed",
+                                 detail=detail or k))
+            return out
+        block, notes = value
+        if notes is None:
+            if block is not None:
+                if len(ws) == len(node.workers):
+                    for dst, off, nbytes, dtype, shape in node.copies:
+                        dst[...] = block[off : off + nbytes].view(dtype).reshape(shape)
+                else:
+                    for i in ws:
+                        self._copy_worker(node, block, self._workers[i])
+            return [Reply(i, "ok") for i in ws]
+        for j, k, failures, result, detail in notes:
+            i = node.workers[j]
+            if k == "ok" and block is not None:
+                self._copy_worker(node, block, self._workers[i])
+            out.append(Reply(i, k, failures, result, detail))
+        return out
+
+    def _plan(self, node: _Node, offsets: dict[str, int]) -> list:
+        """``(destination, offset, nbytes, dtype, shape)`` per field, for the whole node."""
+        plan = []
+        n = self.agents_per_sim
+        for name in self._fields:
+            whole = getattr(self._bufs, name)
+            unit = 1 if name in SIM_FIELDS else n
+            dst = whole[node.first * unit : (node.first + node.count) * unit]
+            plan.append((dst, offsets[name], dst.nbytes, dst.dtype, dst.shape))
+        return plan
+
+    def _copy_worker(self, node: _Node, block: np.ndarray, w: Worker) -> None:
+        """Copy worker ``w``'s rows (only) out of its node's reply."""
+        lo = w.first - node.first
+        for dst, off, nbytes, dtype, shape in node.copies:
+            unit = shape[0] // node.count
+            src = block[off : off + nbytes].view(dtype).reshape(shape)
+            dst[lo * unit : (lo + w.count) * unit] = src[lo * unit : (lo + w.count) * unit]
+
+    def _kill(self, w: Worker) -> None:
+        slot: _Slot | None = w.handle
+        if slot is None:
+            return
+        node = self._nodes[slot.node]
+        waiting = any(w.index in ws for _, ws, _ in node.inflight.values())
+        if node.handle is not None and slot.generation == node.generation and (
+            node.lost or waiting
+        ):
+            self._kill_actor(node)  # dead, or silent with the worker's call in flight
+        w.handle = None
+
+    def _kill_actor(self, node: _Node) -> None:
+        try:
+            self._ray.kill(node.handle, no_restart=True)
+        except Exception:
+            pass
+        self._handles[:] = [h for h in self._handles if h is not node.handle]
+        for _, ws, _ in node.inflight.values():  # calls that will never answer
+            self._early += [Reply(i, "died", detail=" (its node actor was killed)")
+                            for i in ws if self._workers[i].busy]
+        node.handle = None
+        node.inflight.clear()
+        node.command, node.pending, node.launches = None, {}, {}
+
+    def describe(self, w: Worker) -> str:
+        node = self._nodes[self._node_of[w.index]]
+        where = f"pid {node.pid} on {node.ip}" if node.pid is not None else "not started"
+        slot: _Slot | None = w.handle
+        pid = f"pid {slot.pid}" if slot is not None and slot.pid is not None else "not running"
+        j = w.index - node.workers[0]
+        return (f"ray node actor {node.index} ({where}), its shm worker {j} ({pid}, envs "
+                f"{w.first}..{w.first + w.count - 1})")
+
+    # ---- extras ---------------------------------------------------------------------
+    def worker_pids(self) -> list[int]:
+        """Process ids of the pools' ``shm`` workers, by worker index (on their nodes)."""
+        return [w.handle.pid for w in self._workers
+                if w.handle is not None and w.handle.pid is not None]
+
+    def actor_pids(self) -> list[int]:
+        """Process ids of the node actors, by node."""
+        return [node.pid for node in self._nodes if node.handle is not None and node.pid]
+
+    def worker_nodes(self) -> list[tuple[str, str]]:
+        """``(ip address, Ray node id)`` of the node each worker runs on, by worker index."""
+        out = []
+        for w in self._workers:
+            node = self._nodes[self._node_of[w.index]]
+            if w.handle is not None and node.ip is not None:
+                out.append((node.ip, node.node_id))
+        return out
+
+    def node_workers(self) -> list[list[int]]:
+        """The workers of each node actor, by node."""
+        return [list(node.workers) for node in self._nodes]
