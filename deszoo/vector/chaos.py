@@ -662,9 +662,11 @@ class _Interrupt:
     def __init__(self, vec: Any, method: str, when: str):
         self.vec, self.method = vec, method
         original = getattr(vec, method)
+        # Python's handler, even in a process started in the background (SIGINT ignored).
+        self.handler = signal.signal(signal.SIGINT, signal.default_int_handler)
 
         def hook(*args: Any, **kwargs: Any) -> Any:
-            self.restore()
+            vec.__dict__.pop(method, None)
             if when == "enter":
                 signal.raise_signal(signal.SIGINT)
             out = original(*args, **kwargs)
@@ -675,6 +677,9 @@ class _Interrupt:
 
     def restore(self) -> None:
         self.vec.__dict__.pop(self.method, None)
+        if self.handler is not None:
+            signal.signal(signal.SIGINT, self.handler)
+            self.handler = None
 
 
 class _BootKiller:
