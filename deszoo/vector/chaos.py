@@ -8,19 +8,22 @@ documented semantics (``docs/vector.md``, Faults and Autoreset):
 * rows of envs a fault did not hit are bit-identical to the undisturbed replay;
 * on the step that detects a fault, every env it hit (an env that raised; every env of a
   dead or hung worker) reports its rows truncated and dead, with ``infos["restarted"]``;
-* on the next step those envs start a new episode seeded ``restart_seed(seed + i, k)``
-  (``k``: the env's restart count), and go on from there like any env.
+* on the next step (``SameStep``: on that step) those envs start a new episode seeded
+  ``restart_seed(seed + i, k)`` (``k``: the env's restart count), and go on from there
+  like any env.
 
 Faults (:data:`HARNESS_KINDS` are injected by the harness; the others by the envs):
 
 ``sigkill``
-    ``SIGKILL`` of a worker process, while it is idle or in the middle of a step.
+    ``SIGKILL`` of a worker process, while it is idle or in the middle of a step; some
+    also kill the replacement while it boots.
 ``sigstop``
     ``SIGSTOP`` of a worker: the ``timeout`` must see it and the worker be replaced (the
     stopped process killed, never left behind).
 ``sigint``
-    ``SIGINT`` in the parent during a step (before the actions are handed out, during the
-    hand-out, while waiting, while the results are copied); the ``KeyboardInterrupt`` is
+    ``SIGINT`` in the parent at one of :data:`POINTS` of a step (before the hand-out,
+    during it, in the wait, during the repair of a fault, while the results are copied),
+    sometimes again while the next call finishes that step; the ``KeyboardInterrupt`` is
     caught, then the vector env is used on (the interrupted step happened, its results are
     lost) or closed at once.
 ``env_raise``
@@ -29,10 +32,10 @@ Faults (:data:`HARNESS_KINDS` are injected by the harness; the others by the env
     ``os._exit`` in one env's step: its worker dies mid-step (process backends only).
 
 Each run is cut in segments (a vector env each, alternately ``on_error="restart"`` and
-``"raise"``); after each ``close`` the run checks that no worker process and no new
-``/dev/shm`` entry (shared memory, ``sem.*`` semaphores) is left. Every vector env call
-runs under a watchdog: a call that does not return in time is a hang (counted, the run goes
-on with a new vector env), never a blocked test.
+``"raise"``, ``NextStep`` and ``SameStep``); after each ``close`` the run checks that no
+worker process and no new ``/dev/shm`` entry (shared memory, ``sem.*`` semaphores) is left.
+Every vector env call runs under a watchdog: a call that does not return in time is a hang
+(counted, the run goes on with a new vector env), never a blocked test.
 """
 
 from __future__ import annotations
