@@ -494,8 +494,16 @@ def _tree() -> set[int]:
 
 
 def foreign_shm(names: set[str]) -> set[str]:
-    """The entries of ``names`` that a process outside our tree has mapped (not ours)."""
-    if not names:
+    """The entries of ``names`` that a process outside our tree has mapped (not ours).
+
+    Matched by inode: glibc's ``sem_open`` makes a semaphore under a temporary name and
+    links it to its own, so its creator maps ``/dev/shm/sem.XXXXXX (deleted)``.
+    """
+    inodes: dict[str, str] = {}
+    for n in names:
+        with contextlib.suppress(OSError):
+            inodes[str(os.stat(f"/dev/shm/{n}").st_ino)] = n
+    if not inodes:
         return set()
     ours, found = _tree(), set()
     for pid in os.listdir("/proc"):
@@ -506,7 +514,10 @@ def foreign_shm(names: set[str]) -> set[str]:
                 maps = f.read()
         except OSError:
             continue
-        found |= {n for n in names if f"/dev/shm/{n}" in maps}
+        for line in maps.splitlines():
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/dev/shm/") and parts[4] in inodes:
+                found.add(inodes[parts[4]])
     return found
 
 
@@ -907,8 +918,13 @@ class _Chaos:
             if fault.kind != "sigint":
                 rep.faults[kind] += 1
             if fault.timing == "idle" or fault.kind == "sigint":
-                signal_proc(target, sig)
-                _wait_state(target, "ZX" if sig == signal.SIGKILL else "T")
+                sent = signal_proc(target, sig)
+                if not _wait_state(target, "ZX" if sig == signal.SIGKILL else "T", 5.0):
+                    st = _stat(target[0])
+                    rep.errors += 1
+                    rep.note(f"step {t}: {kind} of idle worker {fault.worker} (pid "
+                             f"{target[0]}, sent {sent}) has not taken in 5 s: state "
+                             f"{st[0] if st else 'gone'}")
                 lost.add(fault.worker)
             else:
                 timer = threading.Timer(float(self.rng.uniform(0, 0.002)), signal_proc,
