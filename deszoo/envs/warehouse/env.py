@@ -90,7 +90,8 @@ class WarehouseEnv(SimPyParallelEnv):
                             "drop-off stations on the front cross-aisle (at most n_aisles)"),
         "n_orders": Param(120, integer(1), "orders in an episode"),
         "max_lines": Param(4, integer(1), "an order has 1..max_lines lines (uniform)"),
-        "skew": Param(0.5, real(0), "aisle popularity: aisle a has weight (a + 1)^(-skew) (0: uniform)"),
+        "skew": Param(0.5, real(0),
+                      "aisle popularity: aisle a has weight (a + 1)^(-skew) (0: uniform)"),
         "utilization": Param(1.2, real(0, open_min=True),
                              "arrival rate relative to the fleet's capacity when it picks one "
                              "order per tour without blocking; above 1 the robots must batch"),
