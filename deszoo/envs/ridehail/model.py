@@ -15,8 +15,8 @@ for a driver to accept it, then cancels.
 Drivers. Driver ``i`` logs on at ``shift_start[i]`` in a random zone and wants to log off
 at ``shift_end[i]`` (both drawn per episode; every shift ends by ``horizon``). While
 logged on a driver is idle in a zone, driving to a pickup and then to the destination,
-or repositioning to another zone. Only idle drivers take new work (``dispatch`` or
-``reposition``). A driver whose shift is over logs off as soon as it is idle (at once if
+or repositioning to another zone. Only idle drivers take new work (``assign``: a request
+or a zone). A driver whose shift is over logs off as soon as it is idle (at once if
 it is idle, else when its trip or repositioning ends) and does not come back.
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import simpy
@@ -58,26 +59,23 @@ class RideHailModel:
         self,
         sim: simpy.Environment,
         rng: np.random.Generator,
-        zones_x: int,
-        zones_y: int,
-        n_drivers: int,
-        horizon: float,
-        demand: float,
-        zone_time: float,
-        patience: float,
-        base_fare: float,
-        fare_per_minute: float,
-        on_fare: Callable[[int, float], None],
-        on_driving: Callable[[int, bool], None],
-        on_logon: Callable[[int], None],
-        on_logoff: Callable[[int], None],
-        on_all_gone: Callable[[], None],
+        p: Any,
+        on_fare: Callable[[int, float], None] = lambda i, amount: None,
+        on_driving: Callable[[int, bool], None] = lambda i, flag: None,
+        on_logon: Callable[[int], None] = lambda i: None,
+        on_logoff: Callable[[int], None] = lambda i: None,
+        on_all_gone: Callable[[], None] = lambda: None,
     ):
-        self.sim, self.rng = sim, rng
+        """``p`` holds the parameters: ``zones_x``, ``zones_y``, ``n_drivers``, ``horizon``,
+        ``demand``, ``zone_time``, ``patience``, ``base_fare``, ``fare_per_minute``."""
+        self.sim, self.rng, self.p = sim, rng, p
+        zones_x, zones_y, n_drivers = p.zones_x, p.zones_y, p.n_drivers
+        # plain floats, read on the hot path (the parameters may be ints)
+        horizon, zone_time = float(p.horizon), float(p.zone_time)
         self.zx, self.zy, self.n_zones = zones_x, zones_y, zones_x * zones_y
         self.n_drivers, self.horizon = n_drivers, horizon
-        self.zone_time, self.patience = zone_time, patience
-        self.base_fare, self.fare_per_minute = base_fare, fare_per_minute
+        self.zone_time, self.patience = zone_time, float(p.patience)
+        self.base_fare, self.fare_per_minute = float(p.base_fare), float(p.fare_per_minute)
         self.on_fare, self.on_driving = on_fare, on_driving
         self.on_logon, self.on_logoff, self.on_all_gone = on_logon, on_logoff, on_all_gone
         Z = self.n_zones
@@ -95,7 +93,7 @@ class RideHailModel:
         self._cdf_down = np.cumsum(downtown / downtown.sum())
         self._cdf_res = np.cumsum(residential / residential.sum())
         self.p_down, self.p_res = downtown / downtown.sum(), residential / residential.sum()
-        self.mean_rate = demand * n_drivers / 3600.0  # requests per second, day average
+        self.mean_rate = float(p.demand) * n_drivers / 3600.0  # requests per second, day average
         # Shifts: a third of the drivers start at t = 0, the others within the first half.
         start = rng.uniform(0.0, 0.5 * horizon, n_drivers)
         start[rng.random(n_drivers) < 1 / 3] = 0.0
@@ -203,6 +201,15 @@ class RideHailModel:
 
     def _drive(self, a: int, b: int) -> float:
         return float(self.travel[a, b]) * (0.85 + 0.4 * self._uniform())
+
+    def assign(self, i: int, job: Request | int | None) -> bool:
+        """Idle driver ``i`` accepts request ``job``, drives empty to zone ``job`` (an int) or
+        stays (``None``); False if that is not possible."""
+        if job is None:
+            return False
+        if isinstance(job, Request):
+            return self.dispatch(i, job)
+        return self.reposition(i, job)
 
     def dispatch(self, i: int, req: Request) -> bool:
         """Idle driver ``i`` accepts open request ``req``; False if that is not possible."""
