@@ -178,10 +178,6 @@ class SimPyParallelEnv(ParallelEnv):
         self._black_death = bool(self.config["black_death"])
 
         groups = self._setup()
-        if isinstance(groups, tuple):  # legacy (names, low, high, n_actions): until ported
-            from deszoo.core.groups import discrete
-
-            groups = discrete(*groups)
         rows = AgentRows([groups] if isinstance(groups, Group) else list(groups), name)
         self.rows = rows
         self.groups = rows.groups
@@ -235,11 +231,7 @@ class SimPyParallelEnv(ParallelEnv):
     def all_params(cls) -> dict[str, Param]:
         """The bridge's parameters (``max_steps``, ...) and the scenario's, in that order;
         a scenario may redeclare a bridge parameter to change its default."""
-        legacy = {
-            k: COMMON[k].with_default(v) if k in COMMON else Param(v, lambda _: None, "")
-            for k, v in getattr(cls, "defaults", {}).items()
-        }
-        return {**COMMON_PARAMS, **legacy, **cls.params}  # legacy: until every scenario is ported
+        return {**COMMON_PARAMS, **cls.params}
 
     # Episode limits as attributes, so ``vec.set_attr("max_steps", 100)`` works per sim (and
     # ``max_cycles``, PettingZoo's name, which its parallel_api_test sets).
@@ -389,9 +381,6 @@ class SimPyParallelEnv(ParallelEnv):
                 yield sim.timeout(dt)
 
         return self.sim.process(clock())
-
-    def start_periodic(self, dt, mask_fn, apply_fn):  # legacy: until every scenario is ported
-        return self.every(dt, apply_fn, mask=mask_fn)
 
     def add_reward(self, i: int, value: float) -> None:
         """Add ``value`` to agent ``i``'s reward for the current step."""
