@@ -199,7 +199,8 @@ class SimPyParallelEnv(ParallelEnv):
                 self._obs_spaces[k] = g.observation
         # Kept for scenarios and tools that knew one space: the first group's.
         self._box = rows.groups[0].observation
-        if rows.type is spaces.Discrete:
+        self._discrete = rows.type is spaces.Discrete
+        if self._discrete:
             self.n_actions = int(rows.mask_dim)
         n, d = len(self.possible_agents), rows.obs_dim
         # Per-agent state lives in arrays so vector backends can copy it out in one go.
@@ -222,6 +223,7 @@ class SimPyParallelEnv(ParallelEnv):
         self._episode_seq: np.random.SeedSequence | None = None
         self._fallback_rng: np.random.Generator | None = None
         self._pending: dict[int, tuple[simpy.Event, Any]] = {}
+        self._roster_changed = False  # an agent left or the episode started: rebuild agents
         self._over = True
         self._closed = False
         self.num_steps = 0
@@ -324,7 +326,7 @@ class SimPyParallelEnv(ParallelEnv):
             row[:] = self.rows.full_mask(i)
         else:
             row[:] = mask
-            if not row.any():
+            if not np.count_nonzero(row):
                 raise RuntimeError(
                     f"model bug: agent {self.possible_agents[i]!r} got an all-zero mask"
                 )
@@ -401,6 +403,7 @@ class SimPyParallelEnv(ParallelEnv):
         if not self.live[i]:
             return
         self.live[i] = False
+        self._roster_changed = True
         if self._black_death:
             self._gone[i] = True
         else:
@@ -532,6 +535,7 @@ class SimPyParallelEnv(ParallelEnv):
         self.num_events = 0
         self.live[:] = True
         self._gone[:] = False
+        self._roster_changed = True
         self.term_buf[:] = False
         self.trunc_buf[:] = False
         self.rew_buf[:] = 0.0
@@ -569,12 +573,15 @@ class SimPyParallelEnv(ParallelEnv):
 
     def _value(self, i: int, action: Any, values: Any) -> Any:
         """What the model receives for agent ``i``'s ``action`` (see :meth:`decide`)."""
+        if self._discrete:  # hot path: the common case, no padding to strip
+            action = int(action)
+            if values is None:
+                return action
+            return values(action) if callable(values) else values[action]
         action = self.rows.unpad(i, action)
         if values is None:
-            return int(action) if self.rows.type is spaces.Discrete else action
-        if callable(values):
-            return values(int(action) if self.rows.type is spaces.Discrete else action)
-        return values[int(action)]
+            return action
+        return values(action) if callable(values) else values[int(action)]
 
     def _noop_action(self) -> Any:
         return self.rows.zero_actions()[0]
@@ -660,8 +667,10 @@ class SimPyParallelEnv(ParallelEnv):
         dead = ~(self.live | (ended & ~self._gone))
         if dead.any():
             self.obs_buf[dead] = 0.0
-        listed = self.live | self._gone if not self._over else self.live
-        self.agents = [a for a, on in zip(self.possible_agents, listed, strict=True) if on]
+        if self._roster_changed or self._over:  # hot path: else the list is still right
+            listed = self.live | self._gone if not self._over else self.live
+            self.agents = [a for a, on in zip(self.possible_agents, listed, strict=True) if on]
+            self._roster_changed = False
 
     def _check_agent_name(self, agent: str) -> None:
         if agent not in self._index:
