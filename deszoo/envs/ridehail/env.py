@@ -72,6 +72,8 @@ Version History:
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
@@ -86,6 +88,9 @@ HEAD = 9
 ZONE = 4
 SLOT = 6
 LOOKAHEAD = 600.0  # seconds: horizon of the expected-demand features
+_ORIGIN, _DEST, _TIME, _TRIP, _FARE = map(
+    attrgetter, ("origin", "dest", "time", "trip_time", "fare")
+)
 
 
 class RideHailEnv(SimPyParallelEnv):
@@ -150,8 +155,12 @@ class RideHailEnv(SimPyParallelEnv):
             on_logoff=self.remove_agent, on_all_gone=self.end_episode,
         )
         self.model.start()
-        # Mean driving times depend on the configuration only; scale them once.
-        self._travel_n = np.minimum(1.0, self.model.travel / self._time_ref).astype(np.float32)
+        # Features that depend on the configuration only: computed once.
+        model = self.model
+        self._travel_n = np.minimum(1.0, model.travel / self._time_ref).astype(np.float32)
+        self._shared = np.zeros((self._n_zones, ZONE), dtype=np.float32)
+        self._xy_n = np.stack([model.zone_xy[:, 0] / max(1, model.zx - 1),
+                               model.zone_xy[:, 1] / max(1, model.zy - 1)], axis=1)
         # Every tick each idle driver decides; a decision is applied as soon as it is taken.
         # The mask is provisional: _observe_all refreshes it with the slots observed.
         provisional = np.zeros(self.n_actions, dtype=np.int8)
@@ -191,28 +200,35 @@ class RideHailEnv(SimPyParallelEnv):
         p, model, now = self.p, self.model, self.sim.now
         n, Z, K = model.n_drivers, model.n_zones, p.request_slots
         horizon, cref, tref = model.horizon, self._count_ref, self._time_ref
-        obs[:] = 0.0
-        state = np.asarray(model.state)
-        zone = np.asarray(model.zone)
-        on = (state == IDLE) | (state == BUSY) | (state == MOVING)
+        # Every column of every row is written below but the request slots: no full clear.
+        obs[:, self._slot0 :] = 0.0
+        state = np.fromiter(model.state, dtype=np.int64, count=n)
+        zone = np.fromiter(model.zone, dtype=np.int64, count=n)
+        idle, busy, moving = state == IDLE, state == BUSY, state == MOVING
+        on = idle | busy | moving
         obs[:, 0] = on
-        obs[:, 1] = state == IDLE
-        obs[:, 2] = state == BUSY
-        obs[:, 3] = state == MOVING
+        obs[:, 1] = idle
+        obs[:, 2] = busy
+        obs[:, 3] = moving
         obs[:, 4] = min(1.0, now / horizon)
-        obs[:, 5] = np.where(on, np.clip((model.shift_end - now) / horizon, 0.0, 1.0), 0.0)
-        obs[:, 6] = np.where(state == OFF, np.clip((model.shift_start - now) / horizon, 0, 1), 0)
-        obs[:, 7] = model.zone_xy[zone, 0] / max(1, model.zx - 1)
-        obs[:, 8] = model.zone_xy[zone, 1] / max(1, model.zy - 1)
+        left = np.minimum(np.maximum((model.shift_end - now) / horizon, 0.0), 1.0)
+        obs[:, 5] = np.where(on, left, 0.0)
+        wait = np.minimum(np.maximum((model.shift_start - now) / horizon, 0.0), 1.0)
+        obs[:, 6] = np.where(state == OFF, wait, 0.0)
+        obs[:, 7:9] = self._xy_n[zone]
         open_reqs = list(model.open.values())
-        origins = np.fromiter((r.origin for r in open_reqs), dtype=np.int64, count=len(open_reqs))
-        idle = state == IDLE
+        origins = np.fromiter(map(_ORIGIN, open_reqs), dtype=np.int64, count=len(open_reqs))
         expected = model.mean_rate * model.rate_factor(now) * LOOKAHEAD * model.origin_weights(now)
-        zones = obs[:, HEAD : self._slot0].reshape(n, Z, ZONE)
-        zones[:, :, 0] = np.minimum(1.0, np.bincount(origins, minlength=Z) / cref)
-        zones[:, :, 1] = np.minimum(1.0, np.bincount(zone[idle], minlength=Z) / cref)
-        zones[:, :, 2] = np.minimum(1.0, expected / cref)
-        zones[:, :, 3] = self._travel_n[zone]
+        # Hot path (the largest block): the zone features every driver shares are written as
+        # one row to all drivers, then each driver's driving times (numpy is much faster at
+        # that than at four strided column writes).
+        shared = self._shared  # float32 (Z, ZONE); column 3 stays 0
+        shared[:, 0] = np.minimum(1.0, np.bincount(origins, minlength=Z) / cref)
+        shared[:, 1] = np.minimum(1.0, np.bincount(zone[idle], minlength=Z) / cref)
+        shared[:, 2] = np.minimum(1.0, expected / cref)
+        zones = obs[:, HEAD : self._slot0]
+        zones[:] = shared.reshape(-1)
+        zones.reshape(n, Z, ZONE)[:, :, 3] = self._travel_n[zone]
         # Request slots of the deciding drivers (vectorized over them); their masks are
         # refreshed to match what they observe.
         pending = np.flatnonzero(self.needs_buf)
@@ -228,14 +244,15 @@ class RideHailEnv(SimPyParallelEnv):
             R = len(open_reqs)
             dist = model.manhattan[own][:, origins].astype(np.float64)  # P x R
             dist[dist > p.pickup_radius] = np.inf
-            made = np.fromiter((r.time for r in open_reqs), dtype=np.float64, count=R)
-            # Nearest pickup first, older request first on a tie.
-            order = np.lexsort((np.broadcast_to(made, (P, R)), dist), axis=1)[:, :K]
+            made = np.fromiter(map(_TIME, open_reqs), dtype=np.float64, count=R)
+            # Nearest pickup first, older request first on a tie: requests are open in the
+            # order they were made, so a stable sort by distance is that order.
+            order = np.argsort(dist, axis=1, kind="stable")[:, :K]
             valid = np.isfinite(np.take_along_axis(dist, order, axis=1))  # a prefix per row
             k = order.shape[1]
-            dest = np.fromiter((r.dest for r in open_reqs), dtype=np.int64, count=R)[order]
-            trip = np.fromiter((r.trip_time for r in open_reqs), dtype=np.float64, count=R)
-            fare = np.fromiter((r.fare for r in open_reqs), dtype=np.float64, count=R)
+            dest = np.fromiter(map(_DEST, open_reqs), dtype=np.int64, count=R)[order]
+            trip = np.fromiter(map(_TRIP, open_reqs), dtype=np.float64, count=R)
+            fare = np.fromiter(map(_FARE, open_reqs), dtype=np.float64, count=R)
             table = np.zeros((P, K, SLOT))
             table[:, :k, 0] = 1.0
             table[:, :k, 1] = model.travel[own[:, None], origins[order]] / tref
