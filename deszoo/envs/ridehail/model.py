@@ -22,6 +22,7 @@ it is idle, else when its trip or repositioning ends) and does not come back.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -90,8 +91,9 @@ class RideHailModel:
         sigma = 0.25 * max(zones_x, zones_y)
         downtown = np.exp(-(d**2) / (2 * sigma**2))
         residential = 0.2 + d / max(d.max(), 1e-9)
-        self._cdf_down = np.cumsum(downtown / downtown.sum())
-        self._cdf_res = np.cumsum(residential / residential.sum())
+        # as lists: one bisect per draw (np.searchsorted's result, without its call cost)
+        self._cdf_down = np.cumsum(downtown / downtown.sum()).tolist()
+        self._cdf_res = np.cumsum(residential / residential.sum()).tolist()
         self.p_down, self.p_res = downtown / downtown.sum(), residential / residential.sum()
         self.mean_rate = float(p.demand) * n_drivers / 3600.0  # requests per second, day average
         # Shifts: a third of the drivers start at t = 0, the others within the first half.
@@ -182,8 +184,8 @@ class RideHailModel:
             # Morning: outskirts -> downtown; evening: downtown -> outskirts.
             origin_cdf = self._cdf_down if self._uniform() < phi else self._cdf_res
             dest_cdf = self._cdf_res if self._uniform() < phi else self._cdf_down
-            origin = min(int(np.searchsorted(origin_cdf, self._uniform())), self.n_zones - 1)
-            dest = min(int(np.searchsorted(dest_cdf, self._uniform())), self.n_zones - 1)
+            origin = min(bisect_left(origin_cdf, self._uniform()), self.n_zones - 1)
+            dest = min(bisect_left(dest_cdf, self._uniform()), self.n_zones - 1)
             trip = float(self.travel[origin, dest])
             wait = self.patience * (0.5 + self._uniform())
             req = Request(rid, origin, dest, now, now + wait, trip, self.fare(trip))
@@ -218,7 +220,12 @@ class RideHailModel:
         req.open = False
         del self.open[req.id]
         self.state[i] = BUSY
-        self.sim.process(self._trip(i, req))
+        pickup = self._drive(self.zone[i], req.origin)
+        ride = self._drive(req.origin, req.dest)
+        self.zone[i] = req.dest
+        self.free_at[i] = self.sim.now + pickup + ride
+        self.on_driving(i, True)
+        self._after(pickup, lambda: self._after(ride, lambda: self._drop_off(i, ride)))
         return True
 
     def reposition(self, i: int, zone: int) -> bool:
@@ -226,30 +233,25 @@ class RideHailModel:
         if self.state[i] != IDLE or zone == self.zone[i]:
             return False
         self.state[i] = MOVING
-        self.sim.process(self._move(i, zone))
+        t = self._drive(self.zone[i], zone)
+        self.zone[i] = zone
+        self.free_at[i] = self.sim.now + t
+        self.on_driving(i, True)
+        self._after(t, lambda: self._arrive(i))
         return True
 
-    def _trip(self, i: int, req: Request):
-        sim = self.sim
-        pickup = self._drive(self.zone[i], req.origin)
-        ride = self._drive(req.origin, req.dest)
-        self.zone[i] = req.dest
-        self.free_at[i] = sim.now + pickup + ride
-        self.on_driving(i, True)
-        yield sim.timeout(pickup)
-        yield sim.timeout(ride)
+    def _after(self, delay: float, then: Callable[[], None]) -> None:
+        # Hot path: a drive is timeouts with callbacks, not a process (a process adds a start
+        # and an end event per drive; the timeouts, their order and their times are the same).
+        self.sim.timeout(delay).callbacks.append(lambda _event: then())
+
+    def _drop_off(self, i: int, ride: float) -> None:
         self.on_driving(i, False)
         self.served += 1
         self.on_fare(i, self.fare(ride))
         self._idle(i)
 
-    def _move(self, i: int, zone: int):
-        sim = self.sim
-        t = self._drive(self.zone[i], zone)
-        self.zone[i] = zone
-        self.free_at[i] = sim.now + t
-        self.on_driving(i, True)
-        yield sim.timeout(t)
+    def _arrive(self, i: int) -> None:
         self.on_driving(i, False)
         self._idle(i)
 
