@@ -224,6 +224,8 @@ class SimPyParallelEnv(ParallelEnv):
         self._fallback_rng: np.random.Generator | None = None
         self._pending: dict[int, tuple[simpy.Event, Any]] = {}
         self._roster_changed = False  # an agent left or the episode started: rebuild agents
+        self._any_left = False  # an agent left this episode
+        self._masked: set[int] = set()  # rows whose mask decide() set since the last reset
         self._over = True
         self._closed = False
         self.num_steps = 0
@@ -330,6 +332,7 @@ class SimPyParallelEnv(ParallelEnv):
                 raise RuntimeError(
                     f"model bug: agent {self.possible_agents[i]!r} got an all-zero mask"
                 )
+        self._masked.add(i)
         event = self.sim.event()
         self._pending[i] = (event, values)
         return event
@@ -403,7 +406,7 @@ class SimPyParallelEnv(ParallelEnv):
         if not self.live[i]:
             return
         self.live[i] = False
-        self._roster_changed = True
+        self._roster_changed = self._any_left = True
         if self._black_death:
             self._gone[i] = True
         else:
@@ -536,6 +539,7 @@ class SimPyParallelEnv(ParallelEnv):
         self.live[:] = True
         self._gone[:] = False
         self._roster_changed = True
+        self._any_left = False
         self.term_buf[:] = False
         self.trunc_buf[:] = False
         self.rew_buf[:] = 0.0
@@ -557,7 +561,8 @@ class SimPyParallelEnv(ParallelEnv):
         invalid = self.invalid_buf
         invalid[:] = False
         legal = self.rows.legal(self.mask_buf, acts, self._arange)
-        if missing is not None or not legal.all():
+        replaced = missing is not None or not legal.all()
+        if replaced:
             acts = self._apply_invalid(acts, legal, missing)
         self.rew_buf[:] = 0.0
         self.term_buf[:] = False
@@ -565,7 +570,7 @@ class SimPyParallelEnv(ParallelEnv):
             pending, self._pending = self._pending, {}
             for i, (event, values) in pending.items():
                 event.succeed(self._value(i, acts[i], values))
-        if invalid.any():
+        if replaced and invalid.any():
             self.rew_buf[invalid] -= self.config["invalid_penalty"]
         self.num_steps += 1
         self._advance()
@@ -654,19 +659,28 @@ class SimPyParallelEnv(ParallelEnv):
         self._over = True
 
     def _finish_step(self) -> None:
-        ended = self.term_buf | self.trunc_buf  # these agents still get their final observation
-        if self._over:
+        # Hot path: the whole-array work below is skipped when nothing it fixes can have
+        # happened (nobody left; only rows a decision set can differ from the no-op mask).
+        over = self._over
+        if over or self._any_left:
+            ended = self.term_buf | self.trunc_buf  # they still get their final observation
+        if over:
             self.live[:] = False
             self._pending.clear()
+        pending = self._pending
         needs = self.needs_buf
         needs[:] = False
-        if self._pending:
-            needs[list(self._pending)] = True
-        self.mask_buf[~needs] = self._noop_mask
+        if pending:
+            needs[list(pending)] = True
+        stale = self._masked.difference(pending)
+        if stale:
+            self.mask_buf[list(stale)] = self._noop_mask
+        self._masked = set(pending)
         self._observe_all(self.obs_buf)
-        dead = ~(self.live | (ended & ~self._gone))
-        if dead.any():
-            self.obs_buf[dead] = 0.0
+        if over or self._any_left:
+            dead = ~(self.live | (ended & ~self._gone))
+            if dead.any():
+                self.obs_buf[dead] = 0.0
         if self._roster_changed or self._over:  # hot path: else the list is still right
             listed = self.live | self._gone if not self._over else self.live
             self.agents = [a for a, on in zip(self.possible_agents, listed, strict=True) if on]
