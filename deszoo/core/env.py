@@ -89,6 +89,7 @@ from deszoo.errors import (
 __all__ = ["SimPyParallelEnv", "NOOP", "COMMON_PARAMS"]
 
 NOOP = 0
+_INF = float("inf")
 
 COMMON_PARAMS = COMMON  # the bridge's parameters (see deszoo.core.params)
 
@@ -627,23 +628,25 @@ class SimPyParallelEnv(ParallelEnv):
         sim = self.sim
         pending = self._pending
         max_time = self.config["max_time"]
-        limit = float("inf") if max_time is None else max_time
+        limit = _INF if max_time is None else max_time
         count = 0
+        peek, step = sim.peek, sim.step  # hot path: once per SimPy event
         while not self._over:
-            t = sim.peek()
+            t = peek()
             if pending and t > sim.now:
                 break
-            if t == float("inf"):  # nothing can happen any more: the model is finished
-                self._flush(sim.now)
-                self.end_episode()
-                break
-            if t > limit:
-                if limit > sim.now:
-                    sim.run(until=limit)
-                self._flush(limit)
-                self._truncate()
-                break
-            sim.step()
+            if t >= limit:  # (limit is at most inf, so this also catches t == inf)
+                if t == _INF:  # nothing can happen any more: the model is finished
+                    self._flush(sim.now)
+                    self.end_episode()
+                    break
+                if t > limit:
+                    if limit > sim.now:
+                        sim.run(until=limit)
+                    self._flush(limit)
+                    self._truncate()
+                    break
+            step()
             count += 1
         else:
             self._flush(sim.now)
