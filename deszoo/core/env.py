@@ -76,6 +76,7 @@ from pettingzoo import ParallelEnv
 
 from deszoo.core.config import check_seed
 from deszoo.core.groups import AgentRows, Group
+from deszoo.core.memory import check_fits, env_bytes
 from deszoo.core.params import COMMON, Config, Param, check_all
 from deszoo.errors import (
     ConfigError,
@@ -180,6 +181,9 @@ class SimPyParallelEnv(ParallelEnv):
 
         groups = self._setup()
         rows = AgentRows([groups] if isinstance(groups, Group) else list(groups), name)
+        n = len(rows.names)
+        check_fits(name, env_bytes(n, rows.obs_dim, rows.mask_dim),
+                   f"{n} agents, observations of {rows.obs_dim} floats")
         self.rows = rows
         self.groups = rows.groups
         self.possible_agents: list[str] = list(rows.names)

@@ -197,11 +197,22 @@ def _plural(check: Check) -> str:
 COMMON: dict[str, Param] = {}
 
 
+def _non_finite(value: Any) -> bool:
+    """Whether ``value`` is, or holds (in a list, tuple or array), an inf or a NaN."""
+    if isinstance(value, (float, np.floating)):
+        return not math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(v) for v in value)
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return not np.isfinite(value).all()
+    return False
+
+
 def check_all(name: str, params: Mapping[str, Param], values: Mapping[str, Any]) -> None:
     """Run every parameter's check; ``ConfigError`` for the first value that fails."""
     for key, param in params.items():
         value = values[key]
-        expects = param.check(value)
+        expects = "finite" if _non_finite(value) else param.check(value)
         if expects is not None:
             raise ConfigError(f"{name}: {key}={value!r} must be {expects}")
 

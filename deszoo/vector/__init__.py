@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from deszoo.core.config import check_seed
+from deszoo.core.memory import check_fits, env_bytes
 from deszoo.errors import ConfigError
 from deszoo.vector.base import DeszooVecEnv, VecSpec
 
@@ -171,11 +172,18 @@ def _spec(env: str | Callable[[], Any], num_envs: int, env_kwargs: dict) -> VecS
             probe = ParallelEnvArrays(factory())
             factory = ArrayFactory(factory)
         name = (probe.metadata or {}).get("name", type(probe).__name__)
+        rows = probe.rows
+        n = len(rows.names)
+        check_fits(
+            f"make_vec({name!r}, {num_envs})",
+            num_envs * env_bytes(n, rows.obs_dim, rows.mask_dim, model=hasattr(probe, "p")),
+            f"{num_envs} envs x {n} agents, observations of {rows.obs_dim} floats",
+        )
         return VecSpec(
             factory=factory,
             name=name,
             num_sims=num_envs,
-            rows=probe.rows,
+            rows=rows,
             mask_in_obs=bool(getattr(probe, "mask_in_obs", False)),
         )
     finally:
