@@ -1,0 +1,282 @@
+"""Train and score the baselines of every scenario; write the entries of benchmarks/scores/.
+
+For each scenario and preset: the random masked policy, the scenario's heuristic, a
+parameter-shared MaskablePPO (sb3-contrib) trained through ``make_vec(backend="shm")`` and
+``to_sb3``, and the hand-written PPO loop of ``examples/ppo_loop.py``. Learned policies
+train on sims seeded ``0 .. num_envs - 1`` (their autoresets draw from those seeds) and
+are scored greedily, with the mask, on the held-out seeds ``deszoo.scores.SEEDS``; the
+final policy is scored, whatever the curve did (no early stopping, no pick of the best).
+The learning curve (evaluations on the same held-out seeds every ``timesteps / points``)
+goes into the entry; ``--plot`` draws the curves from the entries.
+
+    python benchmarks/train_baselines.py --only loadbalance_v0/small --algos maskable
+    python benchmarks/train_baselines.py --presets small --plot docs/img
+    python benchmarks/train_baselines.py --plot docs/img --algos none   # only the pictures
+
+Hyperparameters: :data:`DEFAULTS`, overridden per scenario and preset in :data:`TUNED`
+(docs/training.md has the table). Timesteps count rows (agent decisions offered), as SB3
+does. Needs ``pip install -e ".[sb3]"`` and matplotlib for ``--plot``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import deszoo
+from deszoo.policies import Policy, evaluate, heuristic_policy, random_policy
+from deszoo.scores import DEFAULT_DIR, SEEDS, entry_path, load, score
+
+log = logging.getLogger("train_baselines")
+ROOT = Path(__file__).resolve().parent.parent
+PRESETS = ("small", "default")
+
+DEFAULTS: dict[str, Any] = {
+    "timesteps": 200_000,  # rows stepped
+    "rows": 32,  # sims in the batch: about this many rows (sims x agents), at least 2 sims
+    "n_steps": 128,  # rollout length per row
+    "batch_size": 512,
+    "n_epochs": 4,
+    "lr": 3e-4,
+    "gamma": 0.99,
+    "ent_coef": 0.0,
+    "hidden": 64,  # two hidden layers of this width, for the policy and the value net
+    "norm_reward": True,  # MaskablePPO: VecNormalize(norm_obs=False); loop: reward_scale
+    "reward_scale": 0.01,  # the PPO loop's reward multiplier
+    "points": 8,  # evaluations on the learning curve
+}
+
+TUNED: dict[tuple[str, str], dict[str, Any]] = {}
+"""Per (scenario, preset) overrides of :data:`DEFAULTS`, with the reason in a comment."""
+
+
+def config(name: str, preset: str) -> dict[str, Any]:
+    """The hyperparameters of ``name`` at ``preset``."""
+    return {**DEFAULTS, **TUNED.get((name, preset), {})}
+
+
+def num_sims(name: str, preset: str, rows: int) -> int:
+    """Sims in the training batch: about ``rows`` rows, at least 2 sims."""
+    agents = len(deszoo.make(name, preset=preset).possible_agents)
+    return max(2, round(rows / agents))
+
+
+def _example(stem: str):
+    spec = importlib.util.spec_from_file_location(f"deszoo_example_{stem}",
+                                                  ROOT / "examples" / f"{stem}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Curve:
+    """Held-out evaluations during training; their time is kept out of the training wall."""
+
+    def __init__(self, name: str, preset: str, every: int):
+        self.name, self.preset, self.every = name, preset, every
+        self.points: list[list[float]] = []
+        self.eval_s = 0.0
+        self._next = every
+
+    def maybe(self, steps: int, policy: Policy, force: bool = False) -> None:
+        if steps < self._next and not force:
+            return
+        start = time.perf_counter()
+        mean = float(evaluate(policy, self.name, preset=self.preset).mean())
+        self.eval_s += time.perf_counter() - start
+        self.points.append([int(steps), round(mean, 3)])
+        self._next = (steps // self.every + 1) * self.every
+        log.info("%s/%s %8d timesteps: %.1f", self.name, self.preset, steps, mean)
+
+
+def train_maskable(name: str, preset: str, cfg: dict[str, Any],
+                   save: Path | None) -> tuple[Policy, dict[str, Any]]:
+    """Train MaskablePPO through ``to_sb3``; return the greedy masked policy and its record."""
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from deszoo.vector import make_vec, to_sb3
+
+    torch.set_num_threads(1)  # the cores are better spent on the simulation workers
+    sims = num_sims(name, preset, cfg["rows"])
+    start = time.perf_counter()
+    env = to_sb3(make_vec(name, sims, backend="shm", num_workers=2, seed=0,
+                          autoreset_mode="SameStep", preset=preset))
+    if cfg["norm_reward"]:
+        env = VecNormalize(env, norm_obs=False, norm_reward=True, gamma=cfg["gamma"])
+    model = MaskablePPO(
+        "MlpPolicy", env, n_steps=cfg["n_steps"], batch_size=cfg["batch_size"],
+        n_epochs=cfg["n_epochs"], learning_rate=cfg["lr"], gamma=cfg["gamma"],
+        ent_coef=cfg["ent_coef"], seed=0, device="cpu",
+        policy_kwargs={"net_arch": [cfg["hidden"], cfg["hidden"]]},
+    )
+
+    def policy(obs, mask):
+        return model.predict(obs, action_masks=mask, deterministic=True)[0]
+
+    curve = Curve(name, preset, max(1, cfg["timesteps"] // cfg["points"]))
+    try:
+        while model.num_timesteps < cfg["timesteps"]:
+            model.learn(min(curve.every, cfg["timesteps"] - model.num_timesteps),
+                        reset_num_timesteps=False)
+            curve.maybe(model.num_timesteps, policy)
+    finally:
+        env.close()
+    wall = time.perf_counter() - start - curve.eval_s
+    if save is not None:
+        model.save(save)
+    return policy, _record("MaskablePPO (sb3-contrib) via to_sb3", model.num_timesteps, wall,
+                           sims, cfg, curve)
+
+
+def train_loop(name: str, preset: str, cfg: dict[str, Any]) -> tuple[Policy, dict[str, Any]]:
+    """Train the hand-written PPO loop; return the greedy masked policy and its record."""
+    loop = _example("ppo_loop")
+    sims = num_sims(name, preset, cfg["rows"])
+    curve = Curve(name, preset, max(1, cfg["timesteps"] // cfg["points"]))
+    done = [0]
+
+    def on_update(steps: int, net) -> None:
+        done[0] = steps
+        curve.maybe(steps, functools.partial(net.act, greedy=True))
+
+    start = time.perf_counter()
+    net = loop.train(name, cfg["timesteps"], sims, seed=0, n_steps=cfg["n_steps"],
+                     epochs=cfg["n_epochs"], minibatch=cfg["batch_size"], lr=cfg["lr"],
+                     gamma=cfg["gamma"], ent_coef=cfg["ent_coef"], hidden=cfg["hidden"],
+                     reward_scale=cfg["reward_scale"] if cfg["norm_reward"] else 1.0,
+                     num_workers=2, on_update=on_update, preset=preset)
+    wall = time.perf_counter() - start - curve.eval_s
+    return (functools.partial(net.act, greedy=True),
+            _record("examples/ppo_loop.py", done[0], wall, sims, cfg, curve))
+
+
+def _record(algorithm: str, steps: int, wall: float, sims: int, cfg: dict[str, Any],
+            curve: Curve) -> dict[str, Any]:
+    hyper = {k: v for k, v in cfg.items() if k not in ("timesteps", "points", "rows")}
+    if algorithm.startswith("MaskablePPO"):
+        hyper.pop("reward_scale")
+    return {"algorithm": algorithm, "timesteps": int(steps), "wall_s": round(wall, 2),
+            "train_seed": 0, "num_sims": sims, "num_workers": 2, "hyperparameters": hyper,
+            "curve": curve.points, "curve_eval_s": round(curve.eval_s, 2)}
+
+
+def write(entry: dict[str, Any], out: Path) -> None:
+    path = entry_path(entry, out)
+    path.write_text(json.dumps(entry, indent=1) + "\n")
+    lo, hi = entry["ci95"]
+    t = entry["training"]
+    extra = "" if t is None else f" ({t['timesteps']} timesteps, {t['wall_s']:.0f} s)"
+    log.info("%s/%s %-12s %9.1f  [%.1f, %.1f]%s -> %s", entry["scenario"], entry["preset"],
+             entry["policy"], entry["mean"], lo, hi, extra, path.name)
+
+
+def run(name: str, preset: str, algos: set[str], out: Path, models: Path | None) -> None:
+    """Score the baselines and train the learned policies of ``name`` at ``preset``."""
+    cfg = config(name, preset)
+    command = f"python benchmarks/train_baselines.py --only {name}/{preset}"
+    jobs: list[tuple[str, Callable[[], tuple[Policy, dict | None]]]] = []
+    if "baselines" in algos:
+        jobs += [("random", lambda: (random_policy(0), None)),
+                 ("heuristic", lambda: (heuristic_policy(name), None))]
+    if "maskable" in algos:
+        save = None if models is None else models / f"{name}-{preset}-maskableppo.zip"
+        jobs.append(("MaskablePPO", lambda: train_maskable(name, preset, cfg, save)))
+    if "loop" in algos:
+        jobs.append(("PPO-loop", lambda: train_loop(name, preset, cfg)))
+    for label, job in jobs:
+        policy, training = job()
+        source = f"builtin:{label}" if training is None else "benchmarks/train_baselines.py"
+        write(score(policy, name, preset, name=label, source=source, training=training,
+                    command=command + f" --algos {_ALGO_OF.get(label, label)}"), out)
+
+
+_ALGO_OF = {"random": "baselines", "heuristic": "baselines", "MaskablePPO": "maskable",
+            "PPO-loop": "loop"}
+
+
+# ---- pictures -----------------------------------------------------------------------------
+def plot(out_dir: Path, entries_dir: Path) -> list[Path]:
+    """One PNG per preset: a panel per scenario with the learning curves of its entries and
+    the random and heuristic means as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries, _ = load(entries_dir)
+    paths = []
+    for preset in PRESETS:
+        data: dict[str, dict[str, dict]] = {}
+        for e in entries:
+            if e.data["preset"] == preset:
+                data.setdefault(e.data["scenario"], {})[e.data["policy"]] = e.data
+        if not data:
+            continue
+        names = sorted(data)
+        cols = 4
+        rows = -(-len(names) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
+        for ax, name in zip(axes.flat, names, strict=False):
+            by = data[name]
+            for label, style in (("random", ":"), ("heuristic", "--")):
+                if label in by:
+                    ax.axhline(by[label]["mean"], color="grey", ls=style, label=label)
+            for label, color in (("MaskablePPO", "C0"), ("PPO-loop", "C1")):
+                t = by.get(label, {}).get("training")
+                if t and t.get("curve"):
+                    xs, ys = zip(*t["curve"], strict=True)
+                    ax.plot(np.array(xs) / 1e3, ys, marker="o", ms=3, color=color, label=label)
+            ax.set_title(f"{name} ({preset})", fontsize=10)
+            ax.set_xlabel("training timesteps (thousands)")
+            ax.set_ylabel("mean return, 20 held-out seeds")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        for ax in list(axes.flat)[len(names):]:
+            ax.axis("off")
+        fig.suptitle(f"Learning curves, {preset} presets (greedy masked policy)")
+        fig.tight_layout()
+        path = out_dir / f"curves_{preset}.png"
+        fig.savefig(path, dpi=80)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default=None,
+                   help="comma-separated SCENARIO/PRESET (default: every scenario x preset)")
+    p.add_argument("--presets", default=",".join(PRESETS))
+    p.add_argument("--algos", default="baselines,maskable,loop",
+                   help="comma-separated: baselines, maskable, loop (or none)")
+    p.add_argument("--out", type=Path, default=ROOT / DEFAULT_DIR)
+    p.add_argument("--models", type=Path, default=None, help="folder to save SB3 models in")
+    p.add_argument("--plot", type=Path, default=None, help="folder for the curve PNGs")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    if args.only:
+        works = [tuple(w.split("/")) for w in args.only.split(",")]
+    else:
+        works = [(n, pr) for n in deszoo.list_envs() for pr in args.presets.split(",")]
+    algos = set(args.algos.split(",")) - {"none"}
+    log.info("held-out seeds %d..%d; works %s", SEEDS[0], SEEDS[-1], works)
+    for name, preset in works if algos else []:
+        run(name, preset, algos, args.out, args.models)
+    if args.plot:
+        for path in plot(args.plot, args.out):
+            log.info("wrote %s", path)
+
+
+if __name__ == "__main__":
+    main()
