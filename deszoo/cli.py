@@ -1,4 +1,4 @@
-"""The ``deszoo`` command: ``run``, ``list``, ``bench`` and ``leaderboard``.
+"""The ``deszoo`` command: ``run``, ``check``, ``list``, ``scores``, ``bench`` and ``leaderboard``.
 
 Every argument is checked before any work starts. Exit status: 0 on success; 1 when the
 work failed (a benchmark row, a rejected leaderboard file); 2 for a bad argument, with one
@@ -168,6 +168,120 @@ def _run_check(args: argparse.Namespace, env_fn) -> int:
     return 1 if failed else 0
 
 
+SCORES_EPILOG = """\
+policies:
+  random           uniformly random legal actions (seeded with 0)
+  heuristic        the scenario's built-in heuristic
+  MODULE:ATTR      a callable policy(obs, mask) -> actions over the rows of a
+                   vector env (obs (rows, obs_dim), mask bool (rows, n_actions)),
+                   importable from the current folder
+  PATH.zip         a model saved by Stable-Baselines3 (MaskablePPO from
+                   sb3-contrib, or PPO), acting greedily; its training timesteps
+                   are read from the model
+
+seeds:
+  One episode on each of the first N held-out seeds 10000, 10001, ... (default
+  all 20). Training never uses them. docs/scores.md lists only entries on all 20
+  seeds at the preset's default config (the same work hash).
+
+Write docs/scores.md from the entries with: python -m deszoo.scores --docs
+"""
+
+
+def _check_scores(args: argparse.Namespace):
+    """Check the ``deszoo scores`` arguments and load the policy: ``(policy, name, source,
+    training)``."""
+    cliargs.check_preset(args.name, args.preset)
+    if args.seeds < 2:
+        raise ConfigError(f"argument --seeds: a confidence interval needs at least 2 seeds, "
+                          f"got {args.seeds}")
+    from deszoo.policies import heuristic_policy, random_policy
+
+    training = None
+    if args.policy == "random":
+        policy, name, source = random_policy(0), "random", "builtin:random"
+    elif args.policy == "heuristic":
+        policy, name, source = heuristic_policy(args.name), "heuristic", "builtin:heuristic"
+    elif args.policy.endswith(".zip") or Path(args.policy).is_file():
+        policy, timesteps = _load_sb3(Path(args.policy))
+        name, source = Path(args.policy).stem, str(args.policy)
+        training = {"algorithm": "saved SB3 model", "timesteps": timesteps,
+                    "wall_s": args.train_wall}
+    else:
+        from deszoo.check import load
+
+        try:
+            policy = load(args.policy)
+        except ValueError as exc:
+            raise ConfigError(
+                f"argument POLICY: {exc}; expected random, heuristic, MODULE:ATTR or a saved "
+                "SB3 model (.zip)"
+            ) from None
+        name, source = args.policy, f"callable:{args.policy}"
+    if args.train_wall is not None and training is None:
+        raise ConfigError("argument --train-wall: only for a saved SB3 model")
+    name = args.label or name
+    from deszoo.scores import entry_path
+
+    if not args.out.is_dir():
+        raise ConfigError(f"argument --out: no folder {str(args.out)!r}")
+    path = entry_path({"scenario": args.name, "preset": args.preset, "policy": name}, args.out)
+    if path.exists() and not args.force:
+        raise ConfigError(f"argument --out: {str(path)!r} exists; pass --force to replace it")
+    return policy, name, source, training, path
+
+
+def _load_sb3(path: Path):
+    """A saved SB3 model as a greedy policy over rows, and its training timesteps."""
+    if not path.is_file():
+        raise ConfigError(f"argument POLICY: no file {str(path)!r}")
+    try:
+        import torch
+        from sb3_contrib import MaskablePPO
+        from stable_baselines3 import PPO
+    except ImportError:
+        raise ConfigError("argument POLICY: a saved model needs stable-baselines3 and "
+                          "sb3-contrib: pip install 'deszoo[sb3]'") from None
+    torch.set_num_threads(1)  # small nets, one row batch a step: threads only contend
+    errors = []
+    for cls in (MaskablePPO, PPO):
+        try:
+            model = cls.load(path, device="cpu")
+        except Exception as exc:  # not a zip of this algorithm: try the next one
+            errors.append(f"{cls.__name__}: {type(exc).__name__}")
+            continue
+        if cls is MaskablePPO:
+            def policy(obs, mask, model=model):
+                return model.predict(obs, action_masks=mask, deterministic=True)[0]
+        else:
+            def policy(obs, mask, model=model):
+                return model.predict(obs, deterministic=True)[0]
+        return policy, int(model.num_timesteps)
+    raise ConfigError(f"argument POLICY: {str(path)!r} is not a saved MaskablePPO or PPO "
+                      f"model ({', '.join(errors)})")
+
+
+def _run_scores(args: argparse.Namespace, plan) -> int:
+    """``deszoo scores``: evaluate, print mean and interval, write the entry."""
+    import json
+
+    from deszoo.scores import SEEDS, score
+
+    policy, name, source, training, path = plan
+    seeds = range(SEEDS[0], SEEDS[0] + args.seeds)
+    print(f"scoring {name} on {args.name} (preset {args.preset}), seeds "
+          f"{seeds[0]}..{seeds[-1]}")
+    sys.stdout.flush()
+    entry = score(policy, args.name, args.preset, name=name, seeds=seeds, source=source,
+                  training=training, command=" ".join(["deszoo", *(args.argv or sys.argv[1:])]))
+    lo, hi = entry["ci95"]
+    print(f"mean return {entry['mean']:.2f}, 95% CI [{lo:.2f}, {hi:.2f}] "
+          f"({len(seeds)} episodes, {entry['eval_wall_s']:.1f} s)")
+    path.write_text(json.dumps(entry, indent=1) + "\n")
+    print(f"entry: {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``deszoo`` parser. Each subcommand sets ``_parser`` (itself), ``_check`` (the
     checks that need more than argparse: they raise :class:`ConfigError` or return a plan)
@@ -221,6 +335,33 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list the registered scenarios",
                          description="Print the registered scenarios, one a line.")
     lst.set_defaults(_parser=lst, _check=None, _run=_list)
+
+    sc = sub.add_parser(
+        "scores",
+        help="score a policy on a scenario's held-out seeds; write a JSON entry",
+        description="Evaluate a policy on a scenario's held-out seeds (one episode each,\n"
+        "return summed over agents), print the mean and its 95% t-interval, and write\n"
+        "an entry SCENARIO-PRESET-POLICY.json into benchmarks/scores/ (--out).",
+        epilog=SCORES_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sc.add_argument("policy", metavar="POLICY",
+                    help="random, heuristic, MODULE:ATTR or a saved SB3 model (see below)")
+    sc.add_argument("name", type=cliargs.scenario, metavar="NAME",
+                    help="the scenario, e.g. loadbalance_v0")
+    sc.add_argument("--preset", default="default", metavar="P",
+                    help="the scenario's preset (default: default)")
+    sc.add_argument("--seeds", type=cliargs.positive_int, default=20, metavar="N",
+                    help="evaluate on the first N held-out seeds (default 20)")
+    sc.add_argument("--label", default=None, metavar="NAME",
+                    help="the policy's name in the entry and the tables (default: random, "
+                    "heuristic, MODULE:ATTR, or the model file's stem)")
+    sc.add_argument("--train-wall", type=float, default=None, metavar="S",
+                    help="training wall seconds to record with a saved model")
+    sc.add_argument("--out", type=Path, default=Path("benchmarks/scores"), metavar="DIR",
+                    help="folder of the entries (default benchmarks/scores)")
+    sc.add_argument("--force", action="store_true", help="replace an existing entry")
+    sc.set_defaults(_parser=sc, _check=_check_scores, _run=_run_scores)
 
     bench_cli.add_commands(sub)
     return parser

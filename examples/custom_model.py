@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import simpy
 
 
 # ---- 1. the model, as a SimPy user has it -------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -47,18 +48,26 @@ class ActorCritic(nn.Module):
 def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int = 16,
           seed: int = 0, n_steps: int = 128, epochs: int = 4, minibatch: int = 512,
           lr: float = 3e-4, gamma: float = 0.99, lam: float = 0.95, clip: float = 0.2,
-          ent_coef: float = 0.0, **kw) -> ActorCritic:
-    """Train a shared policy for ``timesteps`` rows (agent decisions offered, as SB3 counts)."""
+          ent_coef: float = 0.0, hidden: int = 64, reward_scale: float = 1.0,
+          num_workers: int | None = None,
+          on_update: Callable[[int, ActorCritic], None] | None = None, **kw) -> ActorCritic:
+    """Train a shared policy for ``timesteps`` rows (agent decisions offered, as SB3 counts).
+
+    Rewards are multiplied by ``reward_scale`` for learning (returns in the thousands make
+    the value loss swamp the policy's). ``on_update(timesteps_so_far, net)`` is called after
+    every update (for a learning curve).
+    """
     torch.manual_seed(seed)
     torch.set_num_threads(1)  # the cores are better spent on the simulation workers
-    vec = make_vec(name, num_envs, backend="shm", seed=seed, autoreset_mode="SameStep", **kw)
+    vec = make_vec(name, num_envs, backend="shm", num_workers=num_workers, seed=seed,
+                   autoreset_mode="SameStep", **kw)
     rows, n_act = vec.num_envs, vec.n_actions
-    net = ActorCritic(vec.single_observation_space.shape[0], n_act)
+    net = ActorCritic(vec.single_observation_space.shape[0], n_act, hidden)
     opt = torch.optim.Adam(net.parameters(), lr=lr, eps=1e-5)
     buf = {k: [] for k in ("obs", "mask", "act", "logp", "val", "rew", "done")}
     obs, infos = vec.reset()
     try:
-        for _ in range(max(1, timesteps // (n_steps * rows))):
+        for update in range(max(1, timesteps // (n_steps * rows))):
             for b in buf.values():
                 b.clear()
             for _ in range(n_steps):  # ---- rollout
@@ -69,12 +78,12 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
                     act = d.sample()
                     logp = d.log_prob(act)
                 obs, rew, term, trunc, infos = vec.step(act.numpy())
+                rew = rew * reward_scale
                 done = infos["_final_obs"]  # the row's sim ended (and was reset) this step
                 cut = trunc & ~term  # truncated: bootstrap from the final observation
                 if cut.any():
                     with torch.no_grad():
                         tail = net.v(torch.as_tensor(infos["final_obs"][cut])).squeeze(-1)
-                    rew = rew.copy()
                     rew[cut] += gamma * tail.numpy()
                 for k, x in zip(buf, (o, m, act, logp, val, torch.as_tensor(rew),
                                       torch.as_tensor(done | term)), strict=True):
@@ -106,6 +115,8 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
                     loss.backward()
                     nn.utils.clip_grad_norm_(net.parameters(), 0.5)
                     opt.step()
+            if on_update is not None:
+                on_update((update + 1) * n_steps * rows, net)
     finally:
         vec.close()
     return net

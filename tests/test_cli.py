@@ -26,6 +26,7 @@ def no_work(monkeypatch):
     import deszoo.bench.autotune
     import deszoo.bench.runner
     import deszoo.cli
+    import deszoo.scores
 
     def started(*args, **kwargs):
         raise AssertionError("work started before the arguments were checked")
@@ -33,6 +34,7 @@ def no_work(monkeypatch):
     monkeypatch.setattr(deszoo.cli, "run_episode", started)
     monkeypatch.setattr(deszoo.bench.runner, "run_matrix", started)
     monkeypatch.setattr(deszoo.bench.autotune, "calibrate_steps", started)
+    monkeypatch.setattr(deszoo.scores, "score", started)
 
 
 BAD = [
@@ -72,6 +74,17 @@ BAD = [
     (["bench", "--autotune", "jobshop_v0", "--num-envs", "4"], "sweeps its own"),
     (["bench", "--autotune", "jobshop_v0", "--modes", "warp"], "--modes: unknown mode"),
     (["leaderboard", "--dir", "no/such/folder"], "--dir: no folder 'no/such/folder'"),
+    (["scores"], "required: POLICY, NAME"),
+    (["scores", "random", "nosuch_v0"], "unknown scenario 'nosuch_v0'"),
+    (["scores", "random", "jobshop_v0", "--preset", "huge"], "unknown preset 'huge'"),
+    (["scores", "random", "jobshop_v0", "--seeds", "1"], "--seeds: a confidence interval"),
+    (["scores", "random", "jobshop_v0", "--seeds", "0"], "--seeds: expected a positive"),
+    (["scores", "nosuch_module:policy", "jobshop_v0"], "cannot import 'nosuch_module'"),
+    (["scores", "deszoo.policies:nosuch", "jobshop_v0"], "has no attribute 'nosuch'"),
+    (["scores", "smart", "jobshop_v0"], "expected random, heuristic, MODULE:ATTR or a saved"),
+    (["scores", "no/such/model.zip", "jobshop_v0"], "no file 'no/such/model.zip'"),
+    (["scores", "random", "jobshop_v0", "--train-wall", "3"], "--train-wall: only for a"),
+    (["scores", "random", "jobshop_v0", "--out", "no/such/folder"], "--out: no folder"),
 ]
 
 
@@ -91,7 +104,8 @@ def test_version(capsys):
     assert capsys.readouterr().out == f"deszoo {deszoo.__version__}\n"
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["list"], ["bench"], ["leaderboard"]])
+@pytest.mark.parametrize("command", [[], ["run"], ["list"], ["bench"], ["leaderboard"],
+                                     ["scores"]])
 def test_help_is_plain_text(command, capsys):
     """--help exits 0 and shows no reStructuredText markup."""
     assert main([*command, "--help"]) == 0

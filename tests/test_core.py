@@ -5,29 +5,47 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deszoo.core import Integrator, SimPyParallelEnv
+from deszoo.core import Integrator, Param, SimPyParallelEnv, discrete
+from deszoo.core.params import optional, real
 from deszoo.errors import ConfigError
+
+
+def _schedule(v):
+    ok = isinstance(v, tuple) and v and all(
+        isinstance(ts, tuple) and all(isinstance(t, float) for t in ts) for ts in v
+    )
+    return None if ok else "a tuple of decision times (floats) per agent"
+
+
+def _leave_at(v):
+    ok = v is None or isinstance(v, tuple) and len(v) == 2
+    return None if ok else "None or (agent, time)"
 
 
 class Toy(SimPyParallelEnv):
     """Agent ``i`` decides at times ``schedule[i]``; its action is added to its reward."""
 
     metadata = {"render_modes": ["human", "ansi"], "name": "toy_v0"}
-    defaults = {"schedule": ((1.0, 3.0), (1.0, 2.0)), "leave_at": None, "periodic": None}
+    params = {
+        "schedule": Param(((1.0, 3.0), (1.0, 2.0)), _schedule, "decision times per agent"),
+        "leave_at": Param(None, _leave_at, "agent i leaves at time t: (i, t)"),
+        "periodic": Param(None, optional(real(0, open_min=True)),
+                          "every live agent decides every this many time units instead"),
+    }
 
     def _setup(self):
-        names = [f"a{i}" for i in range(len(self.config["schedule"]))]
-        return names, np.zeros(1), np.full(1, 100.0), 3
+        names = [f"a{i}" for i in range(len(self.p.schedule))]
+        return discrete(names, np.zeros(1), np.full(1, 100.0), 3)
 
     def _build(self):
         self.decisions = []
-        if self.config["periodic"]:
-            self.start_periodic(self.config["periodic"], lambda i: [0, 1, 1], self._apply)
+        if self.p.periodic:
+            self.every(self.p.periodic, self._apply, mask=lambda i: [0, 1, 1])
         else:
-            for i, times in enumerate(self.config["schedule"]):
+            for i, times in enumerate(self.p.schedule):
                 self.sim.process(self._agent(i, times))
-        if self.config["leave_at"] is not None:
-            self.sim.process(self._leave(*self.config["leave_at"]))
+        if self.p.leave_at is not None:
+            self.sim.process(self._leave(*self.p.leave_at))
 
     def _apply(self, i, action):
         self.decisions.append((self.now, i, action))
@@ -144,3 +162,12 @@ def test_episode_ends_when_the_last_agent_leaves():
     env.reset(seed=0)
     _, _, term, trunc, _ = env.step({"a0": 1})
     assert term == {"a0": True} and trunc == {"a0": False} and env.agents == []
+
+
+def test_setup_must_return_groups():
+    class Tuple(Toy):
+        def _setup(self):
+            return ["a0"], np.zeros(1), np.ones(1), 2
+
+    with pytest.raises(ConfigError, match="Group"):
+        Tuple()

@@ -90,6 +90,7 @@ from deszoo.errors import (
 __all__ = ["SimPyParallelEnv", "NOOP", "COMMON_PARAMS"]
 
 NOOP = 0
+_INF = float("inf")
 
 COMMON_PARAMS = COMMON  # the bridge's parameters (see deszoo.core.params)
 
@@ -179,10 +180,6 @@ class SimPyParallelEnv(ParallelEnv):
         self._black_death = bool(self.config["black_death"])
 
         groups = self._setup()
-        if isinstance(groups, tuple):  # legacy (names, low, high, n_actions): until ported
-            from deszoo.core.groups import discrete
-
-            groups = discrete(*groups)
         rows = AgentRows([groups] if isinstance(groups, Group) else list(groups), name)
         n = len(rows.names)
         check_fits(name, env_bytes(n, rows.obs_dim, rows.mask_dim),
@@ -207,7 +204,8 @@ class SimPyParallelEnv(ParallelEnv):
                 self._obs_spaces[k] = g.observation
         # Kept for scenarios and tools that knew one space: the first group's.
         self._box = rows.groups[0].observation
-        if rows.type is spaces.Discrete:
+        self._discrete = rows.type is spaces.Discrete
+        if self._discrete:
             self.n_actions = int(rows.mask_dim)
         n, d = len(self.possible_agents), rows.obs_dim
         # Per-agent state lives in arrays so vector backends can copy it out in one go.
@@ -230,6 +228,9 @@ class SimPyParallelEnv(ParallelEnv):
         self._episode_seq: np.random.SeedSequence | None = None
         self._fallback_rng: np.random.Generator | None = None
         self._pending: dict[int, tuple[simpy.Event, Any]] = {}
+        self._roster_changed = False  # an agent left or the episode started: rebuild agents
+        self._any_left = False  # an agent left this episode
+        self._masked: set[int] = set()  # rows whose mask decide() set since the last reset
         self._over = True
         self._closed = False
         self.num_steps = 0
@@ -239,11 +240,7 @@ class SimPyParallelEnv(ParallelEnv):
     def all_params(cls) -> dict[str, Param]:
         """The bridge's parameters (``max_steps``, ...) and the scenario's, in that order;
         a scenario may redeclare a bridge parameter to change its default."""
-        legacy = {
-            k: COMMON[k].with_default(v) if k in COMMON else Param(v, lambda _: None, "")
-            for k, v in getattr(cls, "defaults", {}).items()
-        }
-        return {**COMMON_PARAMS, **legacy, **cls.params}  # legacy: until every scenario is ported
+        return {**COMMON_PARAMS, **cls.params}
 
     # Episode limits as attributes, so ``vec.set_attr("max_steps", 100)`` works per sim (and
     # ``max_cycles``, PettingZoo's name, which its parallel_api_test sets).
@@ -336,10 +333,11 @@ class SimPyParallelEnv(ParallelEnv):
             row[:] = self.rows.full_mask(i)
         else:
             row[:] = mask
-            if not row.any():
+            if not np.count_nonzero(row):
                 raise RuntimeError(
                     f"model bug: agent {self.possible_agents[i]!r} got an all-zero mask"
                 )
+        self._masked.add(i)
         event = self.sim.event()
         self._pending[i] = (event, values)
         return event
@@ -394,9 +392,6 @@ class SimPyParallelEnv(ParallelEnv):
 
         return self.sim.process(clock())
 
-    def start_periodic(self, dt, mask_fn, apply_fn):  # legacy: until every scenario is ported
-        return self.every(dt, apply_fn, mask=mask_fn)
-
     def add_reward(self, i: int, value: float) -> None:
         """Add ``value`` to agent ``i``'s reward for the current step."""
         self.rew_buf[i] += value
@@ -416,6 +411,7 @@ class SimPyParallelEnv(ParallelEnv):
         if not self.live[i]:
             return
         self.live[i] = False
+        self._roster_changed = self._any_left = True
         if self._black_death:
             self._gone[i] = True
         else:
@@ -547,6 +543,8 @@ class SimPyParallelEnv(ParallelEnv):
         self.num_events = 0
         self.live[:] = True
         self._gone[:] = False
+        self._roster_changed = True
+        self._any_left = False
         self.term_buf[:] = False
         self.trunc_buf[:] = False
         self.rew_buf[:] = 0.0
@@ -568,15 +566,19 @@ class SimPyParallelEnv(ParallelEnv):
         invalid = self.invalid_buf
         invalid[:] = False
         legal = self.rows.legal(self.mask_buf, acts, self._arange)
-        if missing is not None or not legal.all():
+        replaced = missing is not None or not legal.all()
+        if replaced:
             acts = self._apply_invalid(acts, legal, missing)
         self.rew_buf[:] = 0.0
         self.term_buf[:] = False
+        # A live episode is not truncated (and a vector env in SameStep mode reports the
+        # flags of the episode it just reset in these very arrays, which it shares).
+        self.trunc_buf[:] = False
         if self._pending:
             pending, self._pending = self._pending, {}
             for i, (event, values) in pending.items():
                 event.succeed(self._value(i, acts[i], values))
-        if invalid.any():
+        if replaced and invalid.any():
             self.rew_buf[invalid] -= self.config["invalid_penalty"]
         self.num_steps += 1
         self._advance()
@@ -584,12 +586,15 @@ class SimPyParallelEnv(ParallelEnv):
 
     def _value(self, i: int, action: Any, values: Any) -> Any:
         """What the model receives for agent ``i``'s ``action`` (see :meth:`decide`)."""
+        if self._discrete:  # hot path: the common case, no padding to strip
+            action = int(action)
+            if values is None:
+                return action
+            return values(action) if callable(values) else values[action]
         action = self.rows.unpad(i, action)
         if values is None:
-            return int(action) if self.rows.type is spaces.Discrete else action
-        if callable(values):
-            return values(int(action) if self.rows.type is spaces.Discrete else action)
-        return values[int(action)]
+            return action
+        return values(action) if callable(values) else values[int(action)]
 
     def _noop_action(self) -> Any:
         return self.rows.zero_actions()[0]
@@ -630,23 +635,25 @@ class SimPyParallelEnv(ParallelEnv):
         sim = self.sim
         pending = self._pending
         max_time = self.config["max_time"]
-        limit = float("inf") if max_time is None else max_time
+        limit = _INF if max_time is None else max_time
         count = 0
+        peek, step = sim.peek, sim.step  # hot path: once per SimPy event
         while not self._over:
-            t = sim.peek()
+            t = peek()
             if pending and t > sim.now:
                 break
-            if t == float("inf"):  # nothing can happen any more: the model is finished
-                self._flush(sim.now)
-                self.end_episode()
-                break
-            if t > limit:
-                if limit > sim.now:
-                    sim.run(until=limit)
-                self._flush(limit)
-                self._truncate()
-                break
-            sim.step()
+            if t >= limit:  # (limit is at most inf, so this also catches t == inf)
+                if t == _INF:  # nothing can happen any more: the model is finished
+                    self._flush(sim.now)
+                    self.end_episode()
+                    break
+                if t > limit:
+                    if limit > sim.now:
+                        sim.run(until=limit)
+                    self._flush(limit)
+                    self._truncate()
+                    break
+            step()
             count += 1
         else:
             self._flush(sim.now)
@@ -662,21 +669,32 @@ class SimPyParallelEnv(ParallelEnv):
         self._over = True
 
     def _finish_step(self) -> None:
-        ended = self.term_buf | self.trunc_buf  # these agents still get their final observation
-        if self._over:
+        # Hot path: the whole-array work below is skipped when nothing it fixes can have
+        # happened (nobody left; only rows a decision set can differ from the no-op mask).
+        over = self._over
+        if over or self._any_left:
+            ended = self.term_buf | self.trunc_buf  # they still get their final observation
+        if over:
             self.live[:] = False
             self._pending.clear()
+        pending = self._pending
         needs = self.needs_buf
         needs[:] = False
-        if self._pending:
-            needs[list(self._pending)] = True
-        self.mask_buf[~needs] = self._noop_mask
+        if pending:
+            needs[list(pending)] = True
+        stale = self._masked.difference(pending)
+        if stale:
+            self.mask_buf[list(stale)] = self._noop_mask
+        self._masked = set(pending)
         self._observe_all(self.obs_buf)
-        dead = ~(self.live | (ended & ~self._gone))
-        if dead.any():
-            self.obs_buf[dead] = 0.0
-        listed = self.live | self._gone if not self._over else self.live
-        self.agents = [a for a, on in zip(self.possible_agents, listed, strict=True) if on]
+        if over or self._any_left:
+            dead = ~(self.live | (ended & ~self._gone))
+            if dead.any():
+                self.obs_buf[dead] = 0.0
+        if self._roster_changed or self._over:  # hot path: else the list is still right
+            listed = self.live | self._gone if not self._over else self.live
+            self.agents = [a for a, on in zip(self.possible_agents, listed, strict=True) if on]
+            self._roster_changed = False
 
     def _check_agent_name(self, agent: str) -> None:
         if agent not in self._index:

@@ -53,6 +53,9 @@ log = logging.getLogger("deszoo.vector")
 
 # A replacement worker that fails to boot this many times in a row ends the run.
 BOOT_ATTEMPTS = 3
+# Longest a wait for replies runs with Ctrl-C held off (a pending one is raised after it).
+POLL_SLICE = 0.05
+_SIGINT = {signal.SIGINT}
 # Errors of call/get_attr/set_attr re-raised in the parent as their own type.
 _CALL_ERRORS: dict[str, type[Exception]] = {
     cls.__name__: cls
@@ -357,8 +360,7 @@ class DeszooVecEnv(VectorEnv):
                     for i in missing:
                         self._take(Reply(i, "hung"))
                     break
-                for r in self._poll(deadline, len(missing)):
-                    self._take(r)
+                self._poll_take(deadline, len(missing))
                 missing = [i for i in missing if i not in ready]
         except BaseException:
             self._interrupted = True
@@ -377,12 +379,24 @@ class DeszooVecEnv(VectorEnv):
                     for i in busy:
                         self._take(Reply(i, "hung"))
                     break
-                for r in self._poll(deadline, k - len(self._ready)):
-                    self._take(r)
+                self._poll_take(deadline, k - len(self._ready))
         except BaseException:
             self._interrupted = True
             raise
         return [self._ready.pop(i) for i in list(self._ready)[:k]]
+
+    def _poll_take(self, deadline: float, want: int) -> None:
+        """Poll for replies and take them with Ctrl-C held off: a KeyboardInterrupt between
+        a transport reading replies and their being taken lost them (the next call waited
+        for those workers until the timeout, then replaced them; their env failures were
+        dropped). Waits at most ``POLL_SLICE`` so a Ctrl-C still comes through at once."""
+        # sigint_deferred() inlined: this runs on every step.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
+        try:
+            for r in self._poll(min(deadline, time.monotonic() + POLL_SLICE), want):
+                self._take(r)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def _take(self, r: Reply) -> None:
         w = self._workers[r.worker]
@@ -395,7 +409,11 @@ class DeszooVecEnv(VectorEnv):
         self, ws: Sequence[Worker], command: str, payloads: Any = None
     ) -> dict[int, Reply]:
         self._post_all(ws, command, payloads)
-        return self._collect(ws)
+        try:
+            return self._collect(ws)
+        except BaseException:  # also a Ctrl-C before _collect's own guard: the workers are busy
+            self._interrupted = True
+            raise
 
     def _settle(self) -> None:
         """Finish a call that was cut short (Ctrl-C while waiting): its results are
@@ -403,17 +421,20 @@ class DeszooVecEnv(VectorEnv):
         if not self._interrupted:
             return
         busy = [w for w in self._workers if w.busy]
-        self._interrupted = False
         replies = self._collect(busy)
+        self._interrupted = False  # only now: a Ctrl-C before this leaves it to the next call
         stale = list(self._ready.values())  # answered before the cut, never consumed
         self._ready.clear()
         self._last = self._last_rows = None
-        errors = self._handle(list(replies.values()) + stale, "step")
+        with sigint_deferred():  # see _report
+            errors = self._handle(list(replies.values()) + stale, "step")
         for exc in errors:
             log.warning("after an interrupted call: %s", exc)
 
     def _restart_worker(self, w: Worker, seeds: list, reset_now: bool) -> None:
-        """Replace worker ``w`` by a fresh one whose envs start with ``seeds``."""
+        """Replace worker ``w`` by a fresh one whose envs start with ``seeds`` (reset at
+        once with ``reset_now``). A replacement that fails to boot, or dies or hangs before
+        its envs are reset, is replaced in turn, up to ``BOOT_ATTEMPTS`` times."""
         for attempt in range(1, BOOT_ATTEMPTS + 1):
             self._kill(w)
             w.busy = None
@@ -421,20 +442,28 @@ class DeszooVecEnv(VectorEnv):
             log.warning("restarting %s", self.describe(w))
             self._start(w, seeds)
             r = self._collect([w])[w.index]
-            if r.kind == "booted":
-                break
+            if r.kind == "booted" and reset_now:
+                r = self._exchange([w], "reset", (seeds, None))[w.index]
+                if r.kind == "ok" and r.failures:
+                    self._fail(VectorEnvError(
+                        f"{self.describe(w)} was restarted but its envs failed to reset: "
+                        + r.failures[0].message
+                    ))
+            if r.kind in ("booted", "ok"):
+                return
             if attempt == BOOT_ATTEMPTS:
                 self._fail(VectorEnvError(
                     f"{self.describe(w)} failed to restart {BOOT_ATTEMPTS} times in a row; "
                     f"last: {r.detail or r.kind}; close() the vector env"
                 ))
-        if reset_now:
-            r = self._exchange([w], "reset", (seeds, None))[w.index]
-            if r.kind != "ok" or r.failures:
-                self._fail(VectorEnvError(
-                    f"{self.describe(w)} was restarted but its envs failed to reset: "
-                    + (r.failures[0].message if r.failures else r.kind)
-                ))
+
+    def _lost(self, w: Worker, r: Reply) -> VectorEnvError:
+        """The error of a worker that died or hung (``r``)."""
+        if r.kind == "died":
+            return WorkerDiedError(f"{self.describe(w)} died{r.detail}")
+        return WorkerTimeoutError(
+            f"no answer within timeout={self.timeout:g} s from {self.describe(w)}"
+        )
 
     def _handle(self, replies: Sequence[Reply], command: str) -> list[Exception]:
         """Repair what failed in ``replies``; return the errors to report.
@@ -449,12 +478,7 @@ class DeszooVecEnv(VectorEnv):
         for r in sorted(replies, key=lambda r: r.worker):
             w = self._workers[r.worker]
             if r.kind in ("died", "hung"):
-                if r.kind == "died":
-                    errors.append(WorkerDiedError(f"{self.describe(w)} died{r.detail}"))
-                else:
-                    errors.append(WorkerTimeoutError(
-                        f"no answer within timeout={self.timeout:g} s from {self.describe(w)}"
-                    ))
+                errors.append(self._lost(w, r))
                 seeds = [self._next_seed(s) for s in w.sims]
                 self._restart_worker(w, seeds, reset_now)
                 self._mark_restarted(list(w.sims), reset_now)
@@ -464,6 +488,12 @@ class DeszooVecEnv(VectorEnv):
                 errors.append(self._sub_env_error(broken))
                 seeds = {f.env_index: self._next_seed(f.env_index) for f in broken}
                 again = self._exchange([w], "rebuild", (seeds, reset_now))[w.index]
+                if again.kind in ("died", "hung"):  # the worker went too: replace it
+                    errors.append(self._lost(w, again))
+                    every = [seeds[s] if s in seeds else self._next_seed(s) for s in w.sims]
+                    self._restart_worker(w, every, reset_now)
+                    self._mark_restarted(list(w.sims), reset_now)
+                    continue
                 if again.kind != "ok" or again.failures:
                     self._fail(VectorEnvError(
                         f"env(s) {sorted(seeds)} could not be rebuilt after a failure: "
@@ -485,7 +515,11 @@ class DeszooVecEnv(VectorEnv):
                 break
         else:
             return
-        errors = self._handle(replies, command)
+        # Ctrl-C waits for the repairs: cut short, the faults not yet reached were lost (an
+        # env that raised neither rebuilt nor reported), and a worker being replaced was
+        # left for the next call to replace again.
+        with sigint_deferred():
+            errors = self._handle(replies, command)
         bad_input = [f for r in replies for f in r.failures if f.intact]
         if bad_input:
             raise self._with_results(self._sub_env_error(bad_input), command)
@@ -895,7 +929,9 @@ class DeszooVecEnv(VectorEnv):
         replies = list(self._collect(busy).values()) if busy else []
         replies += list(self._ready.values())
         self._ready.clear()
-        for exc in self._handle(replies, "step") if replies else []:
+        with sigint_deferred():  # see _report
+            errors = self._handle(replies, "step") if replies else []
+        for exc in errors:
             log.warning("while draining steps in flight: %s", str(exc).splitlines()[0])
 
     # ---- attributes of the envs (Gymnasium's call / get_attr / set_attr) ---------------

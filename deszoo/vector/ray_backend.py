@@ -191,6 +191,19 @@ def _shutdown(handles: list, close_timeout: list[float]) -> None:
         log.debug("ray vector env shutdown", exc_info=True)
 
 
+_ACTOR_CLASSES: dict[tuple, Any] = {}
+
+
+def _actor_class(ray: Any, body: type, opts: dict) -> Any:
+    """``ray.remote(**opts)(body)``, made once per process and options: each new actor class
+    is exported to the cluster through its key-value store, a call seen to block for ever
+    on a busy machine (Ray re-exports a cached class itself when the session changes)."""
+    key = (body, repr(sorted(opts.items())))
+    if key not in _ACTOR_CLASSES:
+        _ACTOR_CLASSES[key] = ray.remote(**opts)(body)
+    return _ACTOR_CLASSES[key]
+
+
 class RayVecEnv(DeszooVecEnv):
     """Ray actor backend; see :func:`deszoo.vector.make_vec` and ``docs/distributed.md``.
 
@@ -248,7 +261,7 @@ class RayVecEnv(DeszooVecEnv):
         self.boot_timeout = max(self.timeout, 60.0) if boot_timeout is None else boot_timeout
         self.started_ray = ensure_ray(address)
         opts = {**self._actor_defaults, **(actor_options or {})}
-        self._actor_cls = ray.remote(**opts)(self._actor_body)
+        self._actor_cls = _actor_class(ray, self._actor_body, opts)
         self._fields = FIELDS + (SAME_STEP_FIELDS if self._same_step else ())
         self._bufs = Buffers(self.layout)
         self._handles: list = []  # what the finalizer kills

@@ -432,26 +432,24 @@ class ShmVecEnv(DeszooVecEnv):
             if not p.dead:
                 self._ring(p)
 
-    def _exchange(self, ws: Sequence[Worker], command: str,
-                  payloads: Any = None) -> dict[int, Reply]:
-        if command != "step" or len(ws) != self.num_workers or self._early or self._ready:
-            return super()._exchange(ws, command, payloads)
-        # The hot path, a sync step: one wake-up (the last worker's) usually finds every
-        # answer "ok" in the control block. Anything else (data, a death, a stale wake-up)
-        # goes the general way, which reads the same answers there.
-        self._post_all(ws, command, payloads)
+    def _collect(self, ws: Sequence[Worker]) -> dict[int, Reply]:
+        if len(ws) != self.num_workers or self._early or self._ready:
+            return super()._collect(ws)
+        # The hot path (a sync step): one wake-up, the last worker's, usually finds every
+        # answer "ok" in the control block. Anything else (data, a death, a stale wake-up,
+        # a long step) goes the general way. Ctrl-C needs no holding off here: the replies
+        # are read again from the control block (and the workers' states) until taken.
+        ready = self._ready
         try:
-            replies = self._poll(time.monotonic() + self.timeout, len(ws))
+            for r in self._poll(time.monotonic() + self.timeout, len(ws)):
+                self._take(r)
         except BaseException:
             self._interrupted = True
             raise
-        if replies == self._ok:
-            for w in ws:
-                w.busy = None
+        if len(ready) == len(ws) and list(ready.values()) == self._ok:
+            ready.clear()
             return self._all_ok
-        for r in replies:
-            self._take(r)
-        return self._collect(ws)
+        return super()._collect(ws)
 
     def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
         if self._early:
@@ -462,30 +460,22 @@ class ShmVecEnv(DeszooVecEnv):
         if remaining <= 0:
             return []
         woken = b""
-        died = []
         for fd, _ in self._poller.poll(min(remaining, NET) * 1000.0 + 1.0):
             if fd == self._results_fd:
                 woken = os.read(fd, 2048)  # wake-ups: the answers are in the control block
                 continue
             w = self._by_sentinel.get(fd)
-            if w is None:
-                continue
-            p: _Proc = w.handle
-            if p.proc.is_alive():
-                continue
-            p.dead = True
-            self._poller.unregister(fd)
-            del self._by_sentinel[fd]
-            if w.busy:
-                died.append(Reply(w.index, "died", detail=self._exit_detail(p)))
-        if died:  # answers first: a worker that answered, then died, is found dead later
-            return self._answers(woken) + died
+            if w is not None and not w.handle.proc.is_alive():
+                w.handle.dead = True  # _answers reports it while it is busy
+                self._poller.unregister(fd)
+                del self._by_sentinel[fd]
         return self._answers(woken)
 
     def _answers(self, woken: bytes = b"") -> list[Reply]:
-        """Replies of the busy workers whose answer is in the control block, in the order
-        of their wake-ups (``woken``: worker indices, in the order they finished), then
-        by index."""
+        """Replies of the busy workers, read from the control block (and a dead worker's
+        death) each time until they are taken: in the order of their wake-ups (``woken``:
+        worker indices, in the order they finished), then by index. A worker that
+        answered, then died, is found dead when it is next given a command."""
         if len(woken) > 2:  # several wake-ups (not a sync step): keep their order
             order: Any = dict.fromkeys((*memoryview(woken).cast("H"),
                                         *range(self.num_workers)))
@@ -496,7 +486,11 @@ class ShmVecEnv(DeszooVecEnv):
         for i in order:
             w = self._workers[i]
             p: _Proc = w.handle
-            if w.busy is None or p is None or ctl[p.base + DONE] != p.expect:
+            if w.busy is None or p is None:
+                continue
+            if ctl[p.base + DONE] != p.expect:
+                if p.dead:
+                    out.append(Reply(i, "died", detail=self._exit_detail(p)))
                 continue
             status = ctl[p.base + STATUS]
             if status == OK:

@@ -145,6 +145,8 @@ class AgentVecEnv:
             seeds, reset_now = payload
             payload = ({0: seeds[self.env_index]}, reset_now)
         failures, value = self.group.run(cmd.command, payload)
+        if cmd.command == "rebuild" and payload[1]:  # reset now: the new episode's rows
+            value = (self.bufs.obs.copy(), self._infos([])[0][INFO_KEY])
         return self._global(failures), value
 
     def env_is_wrapped(self, wrapper_class):
@@ -168,6 +170,17 @@ class AgentVecEnv:
 
     def close(self):
         self.group.close()
+
+
+class _Unlocked:
+    """A shared array as gymnasium's shared-memory helpers take it (``get_obj()``), with
+    no lock; pickled (with the array) only to start a worker process."""
+
+    def __init__(self, raw: Any):
+        self.raw = raw
+
+    def get_obj(self) -> Any:
+        return self.raw
 
 
 def _concat(fns: list) -> ConcatVecEnv:
@@ -262,9 +275,12 @@ class SuperSuitVecEnv(DeszooVecEnv):
             self.start_method = self._ctx.get_start_method()
             box = spec.obs_box
             rows = self.num_envs
-            # SuperSuit's own shared buffers, as ProcConcatVec makes them.
-            self._shared_obs = gymnasium.vector.utils.create_shared_memory(box, n=rows,
-                                                                           ctx=self._ctx)
+            # SuperSuit's own shared buffers, as ProcConcatVec makes them, but without the
+            # lock gymnasium's create_shared_memory puts on the observations (no one takes
+            # it): a lock is a named POSIX semaphore, which under spawn or forkserver stays
+            # in /dev/shm (sem.mp-*) until the array is garbage collected, after close().
+            self._shared_obs = _Unlocked(self._ctx.RawArray(
+                np.ctypeslib.as_ctypes_type(box.dtype), rows * int(np.prod(box.shape))))
             self._obs_view = gymnasium.vector.utils.read_from_shared_memory(
                 box, self._shared_obs, n=rows
             )
@@ -341,6 +357,8 @@ class SuperSuitVecEnv(DeszooVecEnv):
         if message[0] == "reset":
             obs, infos = ss.reset(*message[1])
             return self._absorb(w, obs, infos)
+        if command == "rebuild":
+            return self._rebuilt(w, ss.env_is_wrapped(message[1]))
         return self._answers(w, ss.env_is_wrapped(message[1]))
 
     def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
@@ -405,6 +423,8 @@ class SuperSuitVecEnv(DeszooVecEnv):
         if w.busy == "reset":
             obs = numpy_deepcopy(self._obs_view[w.rows])
             return self._absorb(w, obs, _copy.deepcopy(self._decompress(w, item)))
+        if w.busy == "rebuild":
+            return self._rebuilt(w, item)
         return self._answers(w, item)
 
     def _decompress(self, w: Worker, comp: list) -> list[dict]:
@@ -431,6 +451,24 @@ class SuperSuitVecEnv(DeszooVecEnv):
             if final is not None:
                 b.final_obs[rows], b.final[rows], b.final_count[rows], b.final_time[s] = final
             failures += found
+        return Reply(w.index, "ok", failures)
+
+    def _rebuilt(self, w: Worker, items: list) -> Reply:
+        """Replies to a rebuild: the failures, and the rows of envs rebuilt and reset at
+        once (SameStep), which only the worker has (the parent's rows are copies)."""
+        n = self.agents_per_sim
+        obs = np.zeros((w.count * n, *self._bufs.obs.shape[1:]), self._bufs.obs.dtype)
+        infos: list[dict] = [{} for _ in range(w.count * n)]
+        failures: list[EnvFailure] = []
+        for k in range(w.count):
+            got = items[k * n]
+            if got is None:
+                continue
+            found, value = got
+            failures += found
+            if value is not None:
+                obs[k * n : (k + 1) * n], infos[k * n] = value[0], {INFO_KEY: value[1]}
+        self._absorb(w, obs, infos)
         return Reply(w.index, "ok", failures)
 
     def _answers(self, w: Worker, items: list) -> Reply:

@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from deszoo.core import SimPyParallelEnv
+from deszoo.core import Param, SimPyParallelEnv, discrete
+from deszoo.core.params import choice, integer, optional, real
 
 __all__ = ["ToyEnv", "legal_last", "legal_random", "rollout", "assert_same_rollouts"]
 
+_DECIDING = np.array([0, 1, 1], dtype=np.int8)  # the mask of a deciding ToyEnv agent
 FIELDS = ("obs", "rew", "term", "trunc", "action_mask", "needs_action", "live", "final_obs",
           "kind")
 
@@ -91,59 +93,61 @@ class ToyEnv(SimPyParallelEnv):
     """
 
     metadata = {"render_modes": ["human", "ansi"], "name": "vectoy_v0"}
-    defaults = {
-        "n_agents": 3,
-        "horizon": 6.0,
-        "leave_at": 2.5,
-        "fail_at": None,
-        "fail_episode": 1,
-        "fail_kind": "raise",
-        "fail_seed": None,
-        "hang_s": 30.0,
+    params = {
+        "n_agents": Param(3, integer(1), "agents"),
+        "horizon": Param(6.0, real(0, open_min=True), "the episode ends at this time"),
+        "leave_at": Param(2.5, real(0), "the last agent leaves at its first decision after this"),
+        "fail_at": Param(None, optional(integer(1)), "the step (1-based) that fails"),
+        "fail_episode": Param(1, integer(1), "the episode (1-based) in which it fails"),
+        "fail_kind": Param("raise", choice("raise", "hang", "exit"), "how it fails"),
+        "fail_seed": Param(None, optional(integer(0)), "only an env reset with this seed fails"),
+        "hang_s": Param(30.0, real(0), "seconds a hang lasts"),
     }
 
     def _setup(self):
-        n = self.config["n_agents"]
         self._episodes = 0
-        return [f"toy_{i}" for i in range(n)], np.zeros(3), np.ones(3), 3
+        names = [f"toy_{i}" for i in range(self.p.n_agents)]
+        return discrete(names, np.zeros(3), np.ones(3), 3)
 
     def _build(self):
         self._episodes += 1
-        self._last = self.rng.random(len(self.possible_agents))  # seed-dependent first obs
-        for i in range(len(self.possible_agents)):
+        n = len(self.possible_agents)
+        self._last = self.rng.random(n)  # seed-dependent first obs
+        for i in range(n):
             self.sim.process(self._agent(i))
         self.sim.process(self._end())
 
     def _agent(self, i: int):
         n = len(self.possible_agents)
         while True:
-            action = yield self.decide(i, [0, 1, 1])
+            action = yield self.decide(i, _DECIDING)
             self._last[i] = action / 2
             self.add_reward(i, float(action) * float(self.rng.random()))
-            if i == n - 1 and self.sim.now >= self.config["leave_at"]:
+            if i == n - 1 and self.sim.now >= self.p.leave_at:
                 self.remove_agent(i)
                 return
             yield self.sim.timeout(float(self.rng.uniform(0.5, 1.5)))
 
     def _end(self):
-        yield self.sim.timeout(self.config["horizon"])
+        yield self.sim.timeout(self.p.horizon)
         self.end_episode()
 
-    def _observe(self, i: int, out: np.ndarray) -> None:
-        out[0] = min(1.0, self.sim.now / self.config["horizon"])
-        out[1] = i / len(self.possible_agents)
-        out[2] = self._last[i]
+    def _observe_all(self, obs: np.ndarray) -> None:
+        n = len(self.possible_agents)
+        obs[:, 0] = min(1.0, self.sim.now / self.p.horizon)
+        obs[:, 1] = np.arange(n) / n
+        obs[:, 2] = self._last
 
     def step_arrays(self, acts: np.ndarray) -> None:
-        c = self.config
+        p = self.p
         if (
-            c["fail_at"] == self.num_steps + 1
-            and self._episodes == c["fail_episode"]
-            and (c["fail_seed"] is None or self._seed_seq.entropy == c["fail_seed"])
+            p.fail_at == self.num_steps + 1
+            and self._episodes == p.fail_episode
+            and (p.fail_seed is None or self._seed_seq.entropy == p.fail_seed)
         ):
-            if c["fail_kind"] == "hang":
-                time.sleep(c["hang_s"])
-            elif c["fail_kind"] == "exit":
+            if p.fail_kind == "hang":
+                time.sleep(p.hang_s)
+            elif p.fail_kind == "exit":
                 os._exit(7)
             else:
                 raise ValueError(f"toy failure at step {self.num_steps + 1}")

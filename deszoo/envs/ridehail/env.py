@@ -56,19 +56,6 @@ Heuristic          ``heuristic(obs, mask)``: accept the nearest request (the bet
                    larger expected shortage of drivers, if clearly better than staying
 =================  ======================================================================
 
-Arguments:
-    zones_x, zones_y (int): city size in zones.
-    n_drivers (int): drivers, one agent each.
-    horizon (float): seconds of requests in the day; every shift ends by then.
-    demand (float): requests per hour per driver, on average over the day.
-    zone_time (float): mean seconds to drive one zone further.
-    patience (float): mean seconds a request waits before it cancels.
-    base_fare, fare_per_minute, cost_per_minute (float): money per ride, per minute
-        with a rider, per minute driven.
-    dispatch_interval (float): seconds between dispatch ticks.
-    request_slots (int): nearest open requests an idle driver sees.
-    pickup_radius (int): a driver sees requests at most this many zones away.
-
 Presets: `small` (3x3 zones, 8 drivers, 2 h), `default` (4x4 zones, 30 drivers, 3 h),
 `large` (10x10 zones, 300 drivers, 3 h).
 
@@ -85,11 +72,14 @@ Version History:
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
-from deszoo.core.config import check_ints, check_numbers
-from deszoo.envs.ridehail.model import BUSY, IDLE, MOVING, OFF, RideHailModel
+from deszoo.core.groups import discrete
+from deszoo.core.params import COMMON, Param, integer, real
+from deszoo.envs.ridehail.model import BUSY, IDLE, MOVING, OFF, Request, RideHailModel
 from deszoo.errors import ConfigError
 
 __all__ = ["RideHailEnv", "heuristic"]
@@ -98,10 +88,9 @@ HEAD = 9
 ZONE = 4
 SLOT = 6
 LOOKAHEAD = 600.0  # seconds: horizon of the expected-demand features
-
-_INTS = ("zones_x", "zones_y", "n_drivers", "request_slots")
-_POSITIVE = ("horizon", "zone_time", "patience", "dispatch_interval")
-_NONNEG = ("demand", "base_fare", "fare_per_minute", "cost_per_minute")
+_ORIGIN, _DEST, _TIME, _TRIP, _FARE = map(
+    attrgetter, ("origin", "dest", "time", "trip_time", "fare")
+)
 
 
 class RideHailEnv(SimPyParallelEnv):
@@ -112,21 +101,26 @@ class RideHailEnv(SimPyParallelEnv):
         "name": "ridehail_v0",
         "render_fps": 4,
     }
-    defaults = {
-        "zones_x": 4,
-        "zones_y": 4,
-        "n_drivers": 30,
-        "horizon": 10800.0,
-        "demand": 3.0,
-        "zone_time": 120.0,
-        "patience": 300.0,
-        "base_fare": 2.5,
-        "fare_per_minute": 1.0,
-        "cost_per_minute": 0.3,
-        "dispatch_interval": 30.0,
-        "request_slots": 4,
-        "pickup_radius": 2,
-        "max_steps": 5000,
+    params = {
+        "zones_x": Param(4, integer(1), "city width in zones (at least 2 zones in all)"),
+        "zones_y": Param(4, integer(1), "city height in zones"),
+        "n_drivers": Param(30, integer(1), "drivers, one agent each"),
+        "horizon": Param(10800.0, real(0, open_min=True),
+                         "seconds of requests in the day; every shift ends by then"),
+        "demand": Param(3.0, real(0), "requests per hour per driver, on average over the day"),
+        "zone_time": Param(120.0, real(0, open_min=True),
+                           "mean seconds to drive one zone further"),
+        "patience": Param(300.0, real(0, open_min=True),
+                          "mean seconds a request waits before it cancels"),
+        "base_fare": Param(2.5, real(0), "money per ride"),
+        "fare_per_minute": Param(1.0, real(0), "money per minute with a rider"),
+        "cost_per_minute": Param(0.3, real(0), "cost per minute driven"),
+        "dispatch_interval": Param(30.0, real(0, open_min=True),
+                                   "seconds between dispatch ticks"),
+        "request_slots": Param(4, integer(1), "nearest open requests an idle driver sees"),
+        "pickup_radius": Param(2, integer(0),
+                               "a driver sees requests at most this many zones away"),
+        "max_steps": COMMON["max_steps"].with_default(5000),
     }
     presets = {
         "small": {"zones_x": 3, "zones_y": 3, "n_drivers": 8, "horizon": 7200.0},
@@ -135,134 +129,111 @@ class RideHailEnv(SimPyParallelEnv):
     }
 
     def _setup(self):
-        c = self.config
-        name = self.metadata["name"]
-        check_ints(c, name, _INTS)
-        check_ints(c, name, ("pickup_radius",), minimum=0)
-        if c["zones_x"] * c["zones_y"] < 2:
-            raise ConfigError(f"{name}: the city needs at least 2 zones")
-        check_numbers(c, name, _POSITIVE)
-        check_numbers(c, name, _NONNEG, positive=False)
-        Z, K = c["zones_x"] * c["zones_y"], c["request_slots"]
+        p = self.p
+        if p.zones_x * p.zones_y < 2:
+            raise ConfigError(f"{self.metadata['name']}: the city needs at least 2 zones")
+        Z, K = p.zones_x * p.zones_y, p.request_slots
         self._n_zones = Z
-        self._count_ref = max(2.0, 2.0 * c["n_drivers"] / Z)
-        self._time_ref = c["zone_time"] * (c["zones_x"] + c["zones_y"] - 1.5)
-        self._fare_ref = c["base_fare"] + c["fare_per_minute"] * self._time_ref / 60.0
+        self._count_ref = max(2.0, 2.0 * p.n_drivers / Z)
+        self._time_ref = p.zone_time * (p.zones_x + p.zones_y - 1.5)
+        self._fare_ref = p.base_fare + p.fare_per_minute * self._time_ref / 60.0
         self._zone0 = HEAD
         self._slot0 = HEAD + ZONE * Z
         dim = self._slot0 + SLOT * K
-        names = [f"driver_{i}" for i in range(c["n_drivers"])]
-        return names, np.zeros(dim, np.float32), np.ones(dim, np.float32), 1 + K + Z
+        names = [f"driver_{i}" for i in range(p.n_drivers)]
+        return discrete(names, np.zeros(dim), np.ones(dim), 1 + K + Z)
 
     def _build(self):
-        c = self.config
-        n = c["n_drivers"]
+        p = self.p
+        n = p.n_drivers
         self._driving = Integrator(n)
-        self._obs_stamp = None
         # Per driver, the index in ``_open_list`` of the request in each slot (-1: none).
-        self._slot_req = np.full((n, self.config["request_slots"]), -1, dtype=np.int64)
-        self._open_list: list = []
+        self._slot_req = np.full((n, p.request_slots), -1, dtype=np.int64)
+        self._open_list: list[Request] = []
         self.model = RideHailModel(
-            self.sim,
-            self.rng,
-            c["zones_x"],
-            c["zones_y"],
-            n,
-            float(c["horizon"]),
-            float(c["demand"]),
-            float(c["zone_time"]),
-            float(c["patience"]),
-            float(c["base_fare"]),
-            float(c["fare_per_minute"]),
-            on_fare=self.add_reward,
-            on_driving=self._on_driving,
-            on_logon=lambda i: None,
-            on_logoff=self.remove_agent,
-            on_all_gone=self.end_episode,
+            self.sim, self.rng, p, on_fare=self.add_reward, on_driving=self._on_driving,
+            on_logoff=self.remove_agent, on_all_gone=self.end_episode,
         )
         self.model.start()
-        # Mean driving times depend on the configuration only; scale them once.
-        self._travel_n = np.minimum(1.0, self.model.travel / self._time_ref).astype(np.float32)
-        self.sim.process(self._clock())
+        # Features that depend on the configuration only: computed once.
+        model = self.model
+        self._travel_n = np.minimum(1.0, model.travel / self._time_ref).astype(np.float32)
+        self._shared = np.zeros((self._n_zones, ZONE), dtype=np.float32)
+        self._xy_n = np.stack([model.zone_xy[:, 0] / max(1, model.zx - 1),
+                               model.zone_xy[:, 1] / max(1, model.zy - 1)], axis=1)
+        # Every tick each idle driver decides; a decision is applied as soon as it is taken.
+        # The mask is provisional: _observe_all refreshes it with the slots observed.
+        provisional = np.zeros(self.n_actions, dtype=np.int8)
+        provisional[NOOP] = 1
+        jobs = [self._jobs(i) for i in range(n)]
+        self.every(float(p.dispatch_interval), self.model.assign,
+                   mask=lambda i: provisional, values=jobs.__getitem__, agents=self._idle,
+                   together=False)
 
     # ---- decisions -------------------------------------------------------------------
-    def _clock(self):
-        sim, model = self.sim, self.model
-        dt = float(self.config["dispatch_interval"])
-        n = model.n_drivers
-        appliers = [self._applier(i) for i in range(n)]
-        state = model.state
-        # Provisional mask; _observe refreshes it with the slots the driver observes.
-        provisional = np.zeros(self.n_actions, dtype=np.int8)
-        provisional[0] = 1
-        while True:
-            for i in range(n):
-                if state[i] == IDLE and i not in self._pending:
-                    self.decide(i, provisional).callbacks.append(appliers[i])
-            yield sim.timeout(dt)
+    def _idle(self) -> list[int]:
+        state = self.model.state
+        return [i for i in range(self.model.n_drivers) if state[i] == IDLE]
 
-    def _applier(self, i: int):
-        model = self.model
-        k = self.config["request_slots"]
+    def _jobs(self, i: int):
+        """Driver ``i``'s action -> what the model gets: a request, a zone or None."""
+        k = self.p.request_slots
 
-        def apply(event) -> None:
-            a = event.value
-            if a == NOOP or not self.live[i]:
-                return
-            if a <= k:
-                # dispatch() refuses if another driver took the request in this step.
-                model.dispatch(i, self._open_list[self._slot_req[i, a - 1]])
-            else:
-                model.reposition(i, a - 1 - k)
+        def job(a: int) -> Request | int | None:
+            if a == NOOP:
+                return None
+            if a <= k:  # the request in slot a - 1 as observed
+                return self._open_list[self._slot_req[i, a - 1]]
+            return a - 1 - k
 
-        return apply
+        return job
 
     def _on_driving(self, i: int, driving: bool) -> None:
         self._driving.set(self.sim.now, i, 1.0 if driving else 0.0)
 
     def _flush(self, until: float) -> None:
-        cost = self.config["cost_per_minute"] / 60.0
+        cost = self.p.cost_per_minute / 60.0
         self.rew_buf -= (self._driving.take(until) * cost).astype(np.float32)
 
     # ---- observations ----------------------------------------------------------------
-    def _observe(self, i: int, out: np.ndarray) -> None:
-        # Hot path: all rows are computed once per step with numpy; each call copies one.
-        if self._obs_stamp != self.num_steps:
-            self._obs_all = self._compute_all()
-            self._obs_stamp = self.num_steps
-        out[:] = self._obs_all[i]
-
-    def _compute_all(self) -> np.ndarray:
-        c, model, now = self.config, self.model, self.sim.now
-        n, Z, K = model.n_drivers, model.n_zones, c["request_slots"]
+    def _observe_all(self, obs: np.ndarray) -> None:
+        p, model, now = self.p, self.model, self.sim.now
+        n, Z, K = model.n_drivers, model.n_zones, p.request_slots
         horizon, cref, tref = model.horizon, self._count_ref, self._time_ref
-        obs = np.zeros((n, self._box.shape[0]), dtype=np.float32)
-        state = np.asarray(model.state)
-        zone = np.asarray(model.zone)
-        on = (state == IDLE) | (state == BUSY) | (state == MOVING)
+        # Every column of every row is written below but the request slots: no full clear.
+        obs[:, self._slot0 :] = 0.0
+        state = np.fromiter(model.state, dtype=np.int64, count=n)
+        zone = np.fromiter(model.zone, dtype=np.int64, count=n)
+        idle, busy, moving = state == IDLE, state == BUSY, state == MOVING
+        on = idle | busy | moving
         obs[:, 0] = on
-        obs[:, 1] = state == IDLE
-        obs[:, 2] = state == BUSY
-        obs[:, 3] = state == MOVING
+        obs[:, 1] = idle
+        obs[:, 2] = busy
+        obs[:, 3] = moving
         obs[:, 4] = min(1.0, now / horizon)
-        obs[:, 5] = np.where(on, np.clip((model.shift_end - now) / horizon, 0.0, 1.0), 0.0)
-        obs[:, 6] = np.where(state == OFF, np.clip((model.shift_start - now) / horizon, 0, 1), 0)
-        obs[:, 7] = model.zone_xy[zone, 0] / max(1, model.zx - 1)
-        obs[:, 8] = model.zone_xy[zone, 1] / max(1, model.zy - 1)
+        left = np.minimum(np.maximum((model.shift_end - now) / horizon, 0.0), 1.0)
+        obs[:, 5] = np.where(on, left, 0.0)
+        wait = np.minimum(np.maximum((model.shift_start - now) / horizon, 0.0), 1.0)
+        obs[:, 6] = np.where(state == OFF, wait, 0.0)
+        obs[:, 7:9] = self._xy_n[zone]
         open_reqs = list(model.open.values())
-        origins = np.fromiter((r.origin for r in open_reqs), dtype=np.int64, count=len(open_reqs))
-        idle = state == IDLE
+        origins = np.fromiter(map(_ORIGIN, open_reqs), dtype=np.int64, count=len(open_reqs))
         expected = model.mean_rate * model.rate_factor(now) * LOOKAHEAD * model.origin_weights(now)
-        zones = obs[:, HEAD : self._slot0].reshape(n, Z, ZONE)
-        zones[:, :, 0] = np.minimum(1.0, np.bincount(origins, minlength=Z) / cref)
-        zones[:, :, 1] = np.minimum(1.0, np.bincount(zone[idle], minlength=Z) / cref)
-        zones[:, :, 2] = np.minimum(1.0, expected / cref)
-        zones[:, :, 3] = self._travel_n[zone]
+        # Hot path (the largest block): the zone features every driver shares are written as
+        # one row to all drivers, then each driver's driving times (numpy is much faster at
+        # that than at four strided column writes).
+        shared = self._shared  # float32 (Z, ZONE); column 3 stays 0
+        shared[:, 0] = np.minimum(1.0, np.bincount(origins, minlength=Z) / cref)
+        shared[:, 1] = np.minimum(1.0, np.bincount(zone[idle], minlength=Z) / cref)
+        shared[:, 2] = np.minimum(1.0, expected / cref)
+        zones = obs[:, HEAD : self._slot0]
+        zones[:] = shared.reshape(-1)
+        zones.reshape(n, Z, ZONE)[:, :, 3] = self._travel_n[zone]
         # Request slots of the deciding drivers (vectorized over them); their masks are
         # refreshed to match what they observe.
-        pending = np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))
+        pending = np.flatnonzero(self.needs_buf)
         if not len(pending):
-            return obs
+            return
         P = len(pending)
         own = zone[pending]
         rows = self.mask_buf[pending]
@@ -272,15 +243,16 @@ class RideHailEnv(SimPyParallelEnv):
         if open_reqs:
             R = len(open_reqs)
             dist = model.manhattan[own][:, origins].astype(np.float64)  # P x R
-            dist[dist > c["pickup_radius"]] = np.inf
-            made = np.fromiter((r.time for r in open_reqs), dtype=np.float64, count=R)
-            # Nearest pickup first, older request first on a tie.
-            order = np.lexsort((np.broadcast_to(made, (P, R)), dist), axis=1)[:, :K]
+            dist[dist > p.pickup_radius] = np.inf
+            made = np.fromiter(map(_TIME, open_reqs), dtype=np.float64, count=R)
+            # Nearest pickup first, older request first on a tie: requests are open in the
+            # order they were made, so a stable sort by distance is that order.
+            order = np.argsort(dist, axis=1, kind="stable")[:, :K]
             valid = np.isfinite(np.take_along_axis(dist, order, axis=1))  # a prefix per row
             k = order.shape[1]
-            dest = np.fromiter((r.dest for r in open_reqs), dtype=np.int64, count=R)[order]
-            trip = np.fromiter((r.trip_time for r in open_reqs), dtype=np.float64, count=R)
-            fare = np.fromiter((r.fare for r in open_reqs), dtype=np.float64, count=R)
+            dest = np.fromiter(map(_DEST, open_reqs), dtype=np.int64, count=R)[order]
+            trip = np.fromiter(map(_TRIP, open_reqs), dtype=np.float64, count=R)
+            fare = np.fromiter(map(_FARE, open_reqs), dtype=np.float64, count=R)
             table = np.zeros((P, K, SLOT))
             table[:, :k, 0] = 1.0
             table[:, :k, 1] = model.travel[own[:, None], origins[order]] / tref
@@ -298,7 +270,6 @@ class RideHailEnv(SimPyParallelEnv):
         else:
             rows[:, 1 : 1 + K] = 0
         self.mask_buf[pending] = rows
-        return obs
 
     def _render_text(self) -> str:
         model = self.model

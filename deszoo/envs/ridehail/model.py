@@ -15,15 +15,17 @@ for a driver to accept it, then cancels.
 Drivers. Driver ``i`` logs on at ``shift_start[i]`` in a random zone and wants to log off
 at ``shift_end[i]`` (both drawn per episode; every shift ends by ``horizon``). While
 logged on a driver is idle in a zone, driving to a pickup and then to the destination,
-or repositioning to another zone. Only idle drivers take new work (``dispatch`` or
-``reposition``). A driver whose shift is over logs off as soon as it is idle (at once if
+or repositioning to another zone. Only idle drivers take new work (``assign``: a request
+or a zone). A driver whose shift is over logs off as soon as it is idle (at once if
 it is idle, else when its trip or repositioning ends) and does not come back.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import simpy
@@ -58,26 +60,23 @@ class RideHailModel:
         self,
         sim: simpy.Environment,
         rng: np.random.Generator,
-        zones_x: int,
-        zones_y: int,
-        n_drivers: int,
-        horizon: float,
-        demand: float,
-        zone_time: float,
-        patience: float,
-        base_fare: float,
-        fare_per_minute: float,
-        on_fare: Callable[[int, float], None],
-        on_driving: Callable[[int, bool], None],
-        on_logon: Callable[[int], None],
-        on_logoff: Callable[[int], None],
-        on_all_gone: Callable[[], None],
+        p: Any,
+        on_fare: Callable[[int, float], None] = lambda i, amount: None,
+        on_driving: Callable[[int, bool], None] = lambda i, flag: None,
+        on_logon: Callable[[int], None] = lambda i: None,
+        on_logoff: Callable[[int], None] = lambda i: None,
+        on_all_gone: Callable[[], None] = lambda: None,
     ):
-        self.sim, self.rng = sim, rng
+        """``p`` holds the parameters: ``zones_x``, ``zones_y``, ``n_drivers``, ``horizon``,
+        ``demand``, ``zone_time``, ``patience``, ``base_fare``, ``fare_per_minute``."""
+        self.sim, self.rng, self.p = sim, rng, p
+        zones_x, zones_y, n_drivers = p.zones_x, p.zones_y, p.n_drivers
+        # plain floats, read on the hot path (the parameters may be ints)
+        horizon, zone_time = float(p.horizon), float(p.zone_time)
         self.zx, self.zy, self.n_zones = zones_x, zones_y, zones_x * zones_y
         self.n_drivers, self.horizon = n_drivers, horizon
-        self.zone_time, self.patience = zone_time, patience
-        self.base_fare, self.fare_per_minute = base_fare, fare_per_minute
+        self.zone_time, self.patience = zone_time, float(p.patience)
+        self.base_fare, self.fare_per_minute = float(p.base_fare), float(p.fare_per_minute)
         self.on_fare, self.on_driving = on_fare, on_driving
         self.on_logon, self.on_logoff, self.on_all_gone = on_logon, on_logoff, on_all_gone
         Z = self.n_zones
@@ -92,10 +91,11 @@ class RideHailModel:
         sigma = 0.25 * max(zones_x, zones_y)
         downtown = np.exp(-(d**2) / (2 * sigma**2))
         residential = 0.2 + d / max(d.max(), 1e-9)
-        self._cdf_down = np.cumsum(downtown / downtown.sum())
-        self._cdf_res = np.cumsum(residential / residential.sum())
+        # as lists: one bisect per draw (np.searchsorted's result, without its call cost)
+        self._cdf_down = np.cumsum(downtown / downtown.sum()).tolist()
+        self._cdf_res = np.cumsum(residential / residential.sum()).tolist()
         self.p_down, self.p_res = downtown / downtown.sum(), residential / residential.sum()
-        self.mean_rate = demand * n_drivers / 3600.0  # requests per second, day average
+        self.mean_rate = float(p.demand) * n_drivers / 3600.0  # requests per second, day average
         # Shifts: a third of the drivers start at t = 0, the others within the first half.
         start = rng.uniform(0.0, 0.5 * horizon, n_drivers)
         start[rng.random(n_drivers) < 1 / 3] = 0.0
@@ -184,8 +184,8 @@ class RideHailModel:
             # Morning: outskirts -> downtown; evening: downtown -> outskirts.
             origin_cdf = self._cdf_down if self._uniform() < phi else self._cdf_res
             dest_cdf = self._cdf_res if self._uniform() < phi else self._cdf_down
-            origin = min(int(np.searchsorted(origin_cdf, self._uniform())), self.n_zones - 1)
-            dest = min(int(np.searchsorted(dest_cdf, self._uniform())), self.n_zones - 1)
+            origin = min(bisect_left(origin_cdf, self._uniform()), self.n_zones - 1)
+            dest = min(bisect_left(dest_cdf, self._uniform()), self.n_zones - 1)
             trip = float(self.travel[origin, dest])
             wait = self.patience * (0.5 + self._uniform())
             req = Request(rid, origin, dest, now, now + wait, trip, self.fare(trip))
@@ -204,6 +204,15 @@ class RideHailModel:
     def _drive(self, a: int, b: int) -> float:
         return float(self.travel[a, b]) * (0.85 + 0.4 * self._uniform())
 
+    def assign(self, i: int, job: Request | int | None) -> bool:
+        """Idle driver ``i`` accepts request ``job``, drives empty to zone ``job`` (an int) or
+        stays (``None``); False if that is not possible."""
+        if job is None:
+            return False
+        if isinstance(job, Request):
+            return self.dispatch(i, job)
+        return self.reposition(i, job)
+
     def dispatch(self, i: int, req: Request) -> bool:
         """Idle driver ``i`` accepts open request ``req``; False if that is not possible."""
         if self.state[i] != IDLE or not req.open:
@@ -211,7 +220,12 @@ class RideHailModel:
         req.open = False
         del self.open[req.id]
         self.state[i] = BUSY
-        self.sim.process(self._trip(i, req))
+        pickup = self._drive(self.zone[i], req.origin)
+        ride = self._drive(req.origin, req.dest)
+        self.zone[i] = req.dest
+        self.free_at[i] = self.sim.now + pickup + ride
+        self.on_driving(i, True)
+        self._after(pickup, lambda: self._after(ride, lambda: self._drop_off(i, ride)))
         return True
 
     def reposition(self, i: int, zone: int) -> bool:
@@ -219,30 +233,25 @@ class RideHailModel:
         if self.state[i] != IDLE or zone == self.zone[i]:
             return False
         self.state[i] = MOVING
-        self.sim.process(self._move(i, zone))
+        t = self._drive(self.zone[i], zone)
+        self.zone[i] = zone
+        self.free_at[i] = self.sim.now + t
+        self.on_driving(i, True)
+        self._after(t, lambda: self._arrive(i))
         return True
 
-    def _trip(self, i: int, req: Request):
-        sim = self.sim
-        pickup = self._drive(self.zone[i], req.origin)
-        ride = self._drive(req.origin, req.dest)
-        self.zone[i] = req.dest
-        self.free_at[i] = sim.now + pickup + ride
-        self.on_driving(i, True)
-        yield sim.timeout(pickup)
-        yield sim.timeout(ride)
+    def _after(self, delay: float, then: Callable[[], None]) -> None:
+        # Hot path: a drive is timeouts with callbacks, not a process (a process adds a start
+        # and an end event per drive; the timeouts, their order and their times are the same).
+        self.sim.timeout(delay).callbacks.append(lambda _event: then())
+
+    def _drop_off(self, i: int, ride: float) -> None:
         self.on_driving(i, False)
         self.served += 1
         self.on_fare(i, self.fare(ride))
         self._idle(i)
 
-    def _move(self, i: int, zone: int):
-        sim = self.sim
-        t = self._drive(self.zone[i], zone)
-        self.zone[i] = zone
-        self.free_at[i] = sim.now + t
-        self.on_driving(i, True)
-        yield sim.timeout(t)
+    def _arrive(self, i: int) -> None:
         self.on_driving(i, False)
         self._idle(i)
 

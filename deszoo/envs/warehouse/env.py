@@ -48,25 +48,6 @@ Heuristic          ``heuristic(obs, mask)``: with an empty batch the shortest es
                    most 60 % of its tour alone, else start the tour
 =================  ======================================================================
 
-Arguments:
-    n_robots (int): robots, one agent each.
-    n_aisles (int): narrow aisles (at least 2: one of each direction).
-    aisle_length (int): cells per aisle.
-    n_stations (int): drop-off stations on the front cross-aisle (at most ``n_aisles``).
-    n_orders (int): orders in an episode.
-    max_lines (int): an order has 1..max_lines lines (uniform).
-    skew (float): aisle popularity ``(a + 1) ** -skew`` (0: uniform).
-    utilization (float): arrival rate relative to the fleet's capacity when it picks one
-        order per tour without blocking; above 1 the robots must batch to keep up.
-    initial_orders (int): orders already open at ``t = 0``.
-    capacity (int): orders a robot carries in one tour.
-    cell_time, pitch_time (float): seconds to move one cell along an aisle / one aisle
-        sideways on a cross-aisle.
-    pick_time (float): mean seconds per item picked (uniform on 0.5x..1.5x).
-    drop_time (float): mean seconds to drop one order at a station (uniform 0.8x..1.2x).
-    wait_time (float): seconds a robot with an empty batch waits on the no-op.
-    order_slots (int): open orders a robot sees and can choose from.
-
 Presets: `small` (3 robots, 4 aisles of 8 cells, 30 orders), `default` (6 robots, 8 aisles
 of 12, 120 orders), `large` (96 robots, 64 aisles of 40, 16 stations, 1600 orders, up to 8
 lines per order: about 10x the work per step of `small`).
@@ -80,8 +61,9 @@ from __future__ import annotations
 import numpy as np
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
-from deszoo.core.config import check_ints, check_numbers
-from deszoo.envs.warehouse.model import WarehouseModel
+from deszoo.core.groups import discrete
+from deszoo.core.params import COMMON, Param, integer, real
+from deszoo.envs.warehouse.model import Order, WarehouseModel
 from deszoo.errors import ConfigError
 
 __all__ = ["WarehouseEnv", "heuristic"]
@@ -89,18 +71,6 @@ __all__ = ["WarehouseEnv", "heuristic"]
 HEAD = 9
 SLOT = 7
 AGE_REF = 900.0  # seconds: order age feature scale
-
-_INTS = (
-    "n_robots",
-    "n_aisles",
-    "aisle_length",
-    "n_stations",
-    "n_orders",
-    "max_lines",
-    "order_slots",
-    "capacity",
-)
-_POSITIVE = ("cell_time", "pitch_time", "pick_time", "drop_time", "wait_time", "utilization")
 
 
 class WarehouseEnv(SimPyParallelEnv):
@@ -111,24 +81,34 @@ class WarehouseEnv(SimPyParallelEnv):
         "name": "warehouse_v0",
         "render_fps": 8,
     }
-    defaults = {
-        "n_robots": 6,
-        "n_aisles": 8,
-        "aisle_length": 12,
-        "n_stations": 2,
-        "n_orders": 120,
-        "max_lines": 4,
-        "skew": 0.5,
-        "utilization": 1.2,
-        "initial_orders": 12,
-        "capacity": 3,
-        "cell_time": 1.0,
-        "pitch_time": 2.0,
-        "pick_time": 5.0,
-        "drop_time": 10.0,
-        "wait_time": 10.0,
-        "order_slots": 8,
-        "max_steps": 3000,
+    params = {
+        "n_robots": Param(6, integer(1), "robots, one agent each"),
+        "n_aisles": Param(8, integer(2),
+                          "narrow aisles (one-way, so at least one of each direction)"),
+        "aisle_length": Param(12, integer(1), "cells per aisle"),
+        "n_stations": Param(2, integer(1),
+                            "drop-off stations on the front cross-aisle (at most n_aisles)"),
+        "n_orders": Param(120, integer(1), "orders in an episode"),
+        "max_lines": Param(4, integer(1), "an order has 1..max_lines lines (uniform)"),
+        "skew": Param(0.5, real(0),
+                      "aisle popularity: aisle a has weight (a + 1)^(-skew) (0: uniform)"),
+        "utilization": Param(1.2, real(0, open_min=True),
+                             "arrival rate relative to the fleet's capacity when it picks one "
+                             "order per tour without blocking; above 1 the robots must batch"),
+        "initial_orders": Param(12, integer(0), "orders already open at t = 0"),
+        "capacity": Param(3, integer(1), "orders a robot carries in one tour"),
+        "cell_time": Param(1.0, real(0, open_min=True),
+                           "seconds to move one cell along an aisle"),
+        "pitch_time": Param(2.0, real(0, open_min=True),
+                            "seconds to move one aisle sideways on a cross-aisle"),
+        "pick_time": Param(5.0, real(0, open_min=True),
+                           "mean seconds per item picked (uniform on 0.5x..1.5x)"),
+        "drop_time": Param(10.0, real(0, open_min=True),
+                           "mean seconds to drop one order at a station (uniform 0.8x..1.2x)"),
+        "wait_time": Param(10.0, real(0, open_min=True),
+                           "seconds a robot with an empty batch waits on the no-op"),
+        "order_slots": Param(8, integer(1), "open orders a robot sees and can choose from"),
+        "max_steps": COMMON["max_steps"].with_default(3000),
     }
     presets = {
         "small": {
@@ -153,75 +133,45 @@ class WarehouseEnv(SimPyParallelEnv):
     }
 
     def _setup(self):
-        c = self.config
-        name = self.metadata["name"]
-        check_ints(c, name, _INTS)
-        if c["n_aisles"] < 2:
+        p = self.p
+        if p.n_stations > p.n_aisles:
             raise ConfigError(
-                f"{name}: n_aisles={c['n_aisles']!r} must be >= 2 (aisles are one-way, one "
-                "of each direction is needed)"
+                f"{self.metadata['name']}: n_stations={p.n_stations} must not exceed "
+                f"n_aisles={p.n_aisles}"
             )
-        if c["n_stations"] > c["n_aisles"]:
-            raise ConfigError(
-                f"{name}: n_stations={c['n_stations']} must not exceed n_aisles={c['n_aisles']}"
-            )
-        check_ints(c, name, ("initial_orders",), minimum=0)
-        check_numbers(c, name, _POSITIVE)
-        check_numbers(c, name, ("skew",), positive=False)
-        A, S, K = c["n_aisles"], c["n_stations"], c["order_slots"]
+        A, S, K = p.n_aisles, p.n_stations, p.order_slots
         self._est_ref = (
-            2 * A * c["pitch_time"]
-            + 2 * c["max_lines"] * (c["aisle_length"] * c["cell_time"] + c["pitch_time"])
-            + c["max_lines"] * c["pick_time"]
-            + c["drop_time"]
+            2 * A * p.pitch_time
+            + 2 * p.max_lines * (p.aisle_length * p.cell_time + p.pitch_time)
+            + p.max_lines * p.pick_time
+            + p.drop_time
         )
         self._slot0 = HEAD + A + S
         dim = self._slot0 + SLOT * K
-        names = [f"robot_{r}" for r in range(c["n_robots"])]
-        return names, np.zeros(dim, np.float32), np.ones(dim, np.float32), K + 1
+        # _slot_masks[m]: the no-op and the first m order slots
+        self._slot_masks = np.tril(np.ones((K + 1, K + 1), dtype=np.int8))
+        names = [f"robot_{r}" for r in range(p.n_robots)]
+        return discrete(names, np.zeros(dim), np.ones(dim), K + 1)
 
     def _build(self):
-        c = self.config
         self._in_system = Integrator(1)
-        self._obs_stamp = None
-        self._snapshot: list = []
+        self._snapshot: list[Order] = []
         self.model = WarehouseModel(
-            self.sim,
-            self.rng,
-            c["n_robots"],
-            c["n_aisles"],
-            c["aisle_length"],
-            c["n_stations"],
-            c["n_orders"],
-            c["max_lines"],
-            float(c["skew"]),
-            float(c["utilization"]),
-            c["initial_orders"],
-            c["capacity"],
-            float(c["cell_time"]),
-            float(c["pitch_time"]),
-            float(c["pick_time"]),
-            float(c["drop_time"]),
-            float(c["wait_time"]),
-            self._choose,
-            on_count=self._on_count,
+            self.sim, self.rng, self.p, self._choose, on_count=self._on_count,
             on_all_done=self.end_episode,
         )
         self.model.start()
 
     # ---- decisions -------------------------------------------------------------------
-    def _choose(self, r: int, batch: list):
-        return self.sim.process(self._pick(r))
+    def _choose(self, r: int, batch: list[Order]):
+        # Action k means slot k - 1 of the open orders as observed (the mask is refreshed
+        # with the observation, see _observe_all).
+        K = self.p.order_slots
+        return self.decide(r, self._slot_masks[min(len(self.model.open), K)],
+                           values=self._slot_value)
 
-    def _pick(self, r: int):
-        mask = np.zeros(self.n_actions, dtype=np.int8)
-        mask[: 1 + min(len(self.model.open), self.n_actions - 1)] = 1
-        action = yield self.decide(r, mask)
-        if action == NOOP:
-            return None
-        # The slot refers to the open orders as the robot observed them (the snapshot is
-        # refreshed with the mask at every observation, see _observe).
-        return self._snapshot[action - 1]
+    def _slot_value(self, action: int) -> Order | None:
+        return None if action == NOOP else self._snapshot[action - 1]
 
     def _on_count(self, delta: int) -> None:
         self._in_system.add(self.sim.now, 0, delta)
@@ -231,21 +181,11 @@ class WarehouseEnv(SimPyParallelEnv):
         self.rew_buf[self.live] -= np.float32(share)
 
     # ---- observations ----------------------------------------------------------------
-    def _observe(self, i: int, out: np.ndarray) -> None:
-        # Hot path: all rows are computed once per step with numpy; each call copies one.
-        stamp = self.num_steps
-        if self._obs_stamp != stamp:
-            self._obs_all, self._mask_row = self._compute_all()
-            self._obs_stamp = stamp
-        out[:] = self._obs_all[i]
-        if i in self._pending:
-            self.mask_buf[i] = self._mask_row  # match the mask to the observed slots
-
-    def _compute_all(self) -> tuple[np.ndarray, np.ndarray]:
+    def _observe_all(self, obs: np.ndarray) -> None:
         model, now = self.model, self.sim.now
-        n, A, L, K = model.n_robots, model.n_aisles, model.length, self.n_actions - 1
+        n, A, L, K = model.n_robots, model.n_aisles, model.length, self.p.order_slots
         S, cap = model.n_stations, model.capacity
-        obs = np.zeros((n, self._box.shape[0]), dtype=np.float32)
+        obs[:] = 0.0
         x = np.asarray(model.x)
         y = np.asarray(model.y)
         obs[:, 0] = model.busy
@@ -262,8 +202,8 @@ class WarehouseEnv(SimPyParallelEnv):
         obs[:, HEAD + A : HEAD + A + S] = np.minimum(1.0, np.asarray(model.station_load) / n)
         snap = model.open[:K]
         self._snapshot = snap
-        mask = np.zeros(K + 1, dtype=np.int8)
-        mask[: 1 + len(snap)] = 1
+        deciding = np.flatnonzero(self.needs_buf)
+        self.mask_buf[deciding] = self._slot_masks[len(snap)]  # the slots observed
         if snap:
             m, ref = len(snap), self._est_ref
             pitch = model.pitch_time
@@ -285,14 +225,13 @@ class WarehouseEnv(SimPyParallelEnv):
                 min(1.0, sum(model.aisle_load[a] for a in o.aisles) / n) for o in snap
             ]
             # Robots building a batch see the extra time each order would add to it.
-            for r in self._pending:
+            for r in deciding:
                 batch = model.batch[r]
                 if batch:
                     x0 = int(model.x[r])
                     base = model.tour_time(batch, x0)
                     extra = [model.tour_time(batch + [o], x0) - base for o in snap]
                     table[r, :m, 4] = np.clip(np.asarray(extra) / ref, 0.0, 1.0)
-        return obs, mask
 
     def _render_text(self) -> str:
         model = self.model

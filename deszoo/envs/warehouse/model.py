@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import simpy
@@ -76,32 +77,26 @@ class WarehouseModel:
         self,
         sim: simpy.Environment,
         rng: np.random.Generator,
-        n_robots: int,
-        n_aisles: int,
-        aisle_length: int,
-        n_stations: int,
-        n_orders: int,
-        max_lines: int,
-        skew: float,
-        utilization: float,
-        initial_orders: int,
-        capacity: int,
-        cell_time: float,
-        pitch_time: float,
-        pick_time: float,
-        drop_time: float,
-        wait_time: float,
+        p: Any,
         choose: Callable[[int, list[Order]], simpy.Event],
         on_count: Callable[[int], None] = lambda d: None,
         on_all_done: Callable[[], None] = lambda: None,
     ):
-        self.sim, self.rng = sim, rng
+        """``p`` holds the parameters: ``n_robots``, ``n_aisles``, ``aisle_length``,
+        ``n_stations``, ``n_orders``, ``max_lines``, ``skew``, ``utilization``,
+        ``initial_orders``, ``capacity``, ``cell_time``, ``pitch_time``, ``pick_time``,
+        ``drop_time``, ``wait_time``."""
+        self.sim, self.rng, self.p = sim, rng, p
+        n_robots, n_aisles, aisle_length = p.n_robots, p.n_aisles, p.aisle_length
+        n_stations, n_orders = p.n_stations, p.n_orders
         self.n_robots, self.n_aisles, self.length = n_robots, n_aisles, aisle_length
-        self.n_stations, self.n_orders, self.max_lines = n_stations, n_orders, max_lines
-        self.cell_time, self.pitch_time = cell_time, pitch_time
-        self.pick_time, self.drop_time, self.wait_time = pick_time, drop_time, wait_time
-        self.initial_orders = min(initial_orders, n_orders)
-        self.capacity = capacity
+        self.n_stations, self.n_orders, self.max_lines = n_stations, n_orders, p.max_lines
+        # plain floats, read on the hot path (the parameters may be ints)
+        self.cell_time, self.pitch_time = float(p.cell_time), float(p.pitch_time)
+        self.pick_time, self.drop_time = float(p.pick_time), float(p.drop_time)
+        self.wait_time = float(p.wait_time)
+        self.initial_orders = min(p.initial_orders, n_orders)
+        self.capacity = p.capacity
         self.choose, self.on_count, self.on_all_done = choose, on_count, on_all_done
         A, L = n_aisles, aisle_length
         self.cells = [[simpy.Resource(sim, 1) for _ in range(L)] for _ in range(A)]
@@ -120,12 +115,12 @@ class WarehouseModel:
         self.lines_left = [0] * n_robots
         self.batch: list[list[Order]] = [[] for _ in range(n_robots)]
         # Orders.
-        weights = (np.arange(A) + 1.0) ** -skew
+        weights = (np.arange(A) + 1.0) ** -float(p.skew)
         self._aisle_p = weights / weights.sum()
         self.orders = [self._new_order(k) for k in range(n_orders)]
         mean_tour = float(np.mean([self.estimate(o, self.station_x[0]) for o in self.orders]))
         self.mean_tour = mean_tour
-        self.rate = utilization * n_robots / mean_tour
+        self.rate = float(p.utilization) * n_robots / mean_tour
         self.open: list[Order] = []
         self.released = 0
         self.delivered = 0

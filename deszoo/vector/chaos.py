@@ -1,0 +1,1101 @@
+"""Chaos testing of the vector backends: random faults, every result row checked.
+
+:func:`run_chaos` steps a vector env with a seeded policy and injects faults at random
+steps, then checks **every row of every step** against :class:`Replay`, which replays
+each env on its own (a plain env of the same class, the same seeds and actions) under the
+documented semantics (``docs/vector.md``, Faults and Autoreset):
+
+* rows of envs a fault did not hit are bit-identical to the undisturbed replay;
+* on the step that detects a fault, every env it hit (an env that raised; every env of a
+  dead or hung worker) reports its rows truncated and dead, with ``infos["restarted"]``;
+* on the next step (``SameStep``: on that step) those envs start a new episode seeded
+  ``restart_seed(seed + i, k)`` (``k``: the env's restart count), and go on from there
+  like any env.
+
+Faults (:data:`HARNESS_KINDS` are injected by the harness; the others by the envs):
+
+``sigkill``
+    ``SIGKILL`` of a worker process, while it is idle or in the middle of a step; some
+    also kill the replacement while it boots.
+``sigstop``
+    ``SIGSTOP`` of a worker: the ``timeout`` must see it and the worker be replaced (the
+    stopped process killed, never left behind).
+``sigint``
+    ``SIGINT`` in the parent at one of :data:`POINTS` of a step (before the hand-out,
+    during it, in the wait, during the repair of a fault, while the results are copied),
+    sometimes again while the next call finishes that step; the ``KeyboardInterrupt`` is
+    caught, then the vector env is used on (the interrupted step happened, its results are
+    lost) or closed at once.
+``env_raise``
+    an exception in one env's step or autoreset (:class:`ChaosFactory`'s schedule).
+``env_exit``
+    ``os._exit`` in one env's step: its worker dies mid-step (process backends only).
+
+Each run is cut in segments (a vector env each, alternately ``on_error="restart"`` and
+``"raise"``, ``NextStep`` and ``SameStep``); after each ``close`` the run checks that no
+worker process and no new ``/dev/shm`` entry (shared memory, ``sem.*`` semaphores) is left.
+Every vector env call runs under a watchdog: a call that does not return in time is a hang
+(counted, the run goes on with a new vector env), never a blocked test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import signal
+import struct
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from deszoo.errors import SubEnvError, WorkerDiedError, WorkerTimeoutError
+from deszoo.vector._host import restart_seed
+
+__all__ = [
+    "ChaosConfig",
+    "ChaosError",
+    "ChaosFactory",
+    "ChaosReport",
+    "FaultSchedule",
+    "Replay",
+    "run_chaos",
+]
+
+log = logging.getLogger(__name__)
+
+HARNESS_KINDS = ("sigkill", "sigstop", "sigint")
+ENV_KINDS = ("env_raise", "env_exit")
+IN_PROCESS = ("roundrobin",)  # backends without worker processes (also supersuit with 0-1)
+EXIT_CODE = 57  # what an env_exit fault exits with
+# The per-agent arrays of a deszoo env, as the vector backends adopt them.
+ENV_ARRAYS = ("obs_buf", "mask_buf", "rew_buf", "term_buf", "trunc_buf", "live", "needs_buf",
+              "invalid_buf", "invalid_count")
+# Result fields compared row by row: name in the expectation, where it is in a step's result.
+FIELDS = ("obs", "rew", "term", "trunc", "action_mask", "needs_action", "live",
+          "invalid_action", "invalid_count", "restarted", "sim_time")
+SAME_STEP_FIELDS = ("final_obs", "_final_obs")
+# Where a SIGINT lands in a step: name -> (method of the vector env, "enter" or "exit" of
+# its first call, whether the step has reached the envs by then, whether the point is
+# reached only when a worker is lost: then a worker is killed on that step too).
+POINTS: dict[str, tuple[str, str, bool, bool]] = {
+    "before": ("_check_actions", "enter", False, False),  # nothing handed out yet
+    "handout": ("_ring", "exit", True, False),  # after the first worker's doorbell (shm)
+    "wait": ("_poll", "enter", True, False),
+    "polled": ("_poll", "exit", True, False),  # replies read, not yet taken
+    "taken": ("_take", "exit", True, False),
+    "handle": ("_handle", "enter", True, True),  # faults seen, not yet repaired
+    "restart": ("_start", "exit", True, True),  # a replacement worker started
+    "marked": ("_mark_restarted", "enter", True, True),
+    "after": ("_results", "enter", True, False),  # while the results are copied
+}
+
+
+class ChaosError(RuntimeError):
+    """The exception an ``env_raise`` fault raises inside an env."""
+
+
+class ChaosExit(Exception):
+    """An ``env_exit`` fault in a :class:`Replay` env (which must not exit the harness)."""
+
+
+class ChaosHang(BaseException):
+    """Raised by the watchdog in the main thread when a vector env call overruns."""
+
+
+# ---- faults inside the envs ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FaultSchedule:
+    """Where envs fail: a hash of ``(salt, seed, episode, step)`` against the rates.
+
+    Deterministic (the same env, seed and actions fail at the same step in a worker and in
+    the replay) and picklable. ``raise_rate`` per env step (and per autoreset): raise
+    :class:`ChaosError`, before the step or after it changed the env; ``exit_rate`` per env
+    step: ``os._exit`` (only for backends with worker processes). ``at`` lists faults at
+    given points besides: ``(seed, episode, step, fault)`` (``seed``: the env's seed, step
+    ``1`` of episode ``1`` is its first step).
+    """
+
+    raise_rate: float = 0.0
+    exit_rate: float = 0.0
+    salt: int = 0
+    at: tuple[tuple[int, int, int, str], ...] = ()  # (seed, episode, step, fault), besides
+
+    def draw(self, seed: int | None, episode: int, step: int) -> str | None:
+        """``"raise"``, ``"raise_after"``, ``"exit"`` or ``None`` (step 0: the reset)."""
+        for s, e, k, fault in self.at:
+            if (s, e, k) == (seed, episode, step):
+                return fault
+        if seed is None or not (self.raise_rate or self.exit_rate):
+            return None
+        key = struct.pack("<qQqq", self.salt, seed & (2**64 - 1), episode, step)
+        h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+        u = (h >> 1) / 2.0**63
+        if u < self.raise_rate:
+            return "raise_after" if h & 1 else "raise"
+        if step > 0 and u < self.raise_rate + self.exit_rate:
+            return "exit"
+        return None
+
+
+class _Faulty:
+    """Hooks an env's ``reset_arrays`` and ``step_arrays`` to fail on its schedule."""
+
+    def __init__(self, env: Any, schedule: FaultSchedule, replay: bool):
+        self.schedule = schedule
+        self.replay = replay
+        self.seed: int | None = None  # the seed of this env's generator (as SeedSequence)
+        self.episode = 0
+        self.steps = 0
+        self._reset, self._step = env.reset_arrays, env.step_arrays
+        env.reset_arrays, env.step_arrays = self.reset_arrays, self.step_arrays
+
+    def reset_arrays(self, seed: int | None = None) -> None:
+        if seed is not None:
+            self.seed = int(seed)
+        self.episode += 1
+        self.steps = 0
+        self._reset(seed)
+        # Autoresets only: a rebuilt env's first reset must succeed, or it would fail anew.
+        if self.episode > 1 and self.schedule.draw(self.seed, self.episode, 0):
+            raise ChaosError(f"chaos: autoreset of episode {self.episode} fails")
+
+    def step_arrays(self, acts: np.ndarray, *args: Any, **kwargs: Any) -> None:
+        self.steps += 1
+        fault = self.schedule.draw(self.seed, self.episode, self.steps)
+        if fault == "raise":
+            raise ChaosError(f"chaos: step {self.steps} of episode {self.episode} fails")
+        if fault == "exit":
+            if self.replay:
+                raise ChaosExit(f"chaos: step {self.steps} exits")
+            os._exit(EXIT_CODE)
+        self._step(acts, *args, **kwargs)
+        if fault == "raise_after":
+            raise ChaosError(f"chaos: step {self.steps} of episode {self.episode} fails late")
+
+
+@dataclass(frozen=True)
+class ChaosFactory:
+    """A picklable env factory: ``base()`` with faults on ``schedule``.
+
+    Args:
+        base: zero-argument factory of a deszoo env (picklable), or a registered name.
+        schedule: where the envs fail.
+        env_kwargs: scenario arguments when ``base`` is a name.
+        replay: build envs for :class:`Replay` (an ``exit`` raises :class:`ChaosExit`).
+    """
+
+    base: Any
+    schedule: FaultSchedule = FaultSchedule()
+    env_kwargs: tuple = ()
+    replay: bool = False
+
+    def __call__(self) -> Any:
+        if isinstance(self.base, str):
+            from deszoo import registry
+
+            env = registry.make(self.base, **dict(self.env_kwargs))
+        else:
+            env = self.base()
+        _Faulty(env, self.schedule, self.replay)
+        return env
+
+    def for_replay(self) -> ChaosFactory:
+        return dataclasses.replace(self, replay=True)
+
+
+# ---- the undisturbed replay ------------------------------------------------------------------
+
+
+class Replay:
+    """Each env of a vector env replayed on its own, as the documented semantics say.
+
+    Args:
+        factory: builds one env (the vector env's, with ``replay=True``).
+        num_envs: envs in the batch.
+        groups: ``(first, count)`` of each worker's envs (an ``env_exit`` fault ends all
+            envs of its worker).
+    """
+
+    def __init__(self, factory: Callable[[], Any], num_envs: int,
+                 groups: Sequence[tuple[int, int]], same_step: bool = False):
+        self.factory = factory
+        self.same_step = same_step
+        self.envs = [factory() for _ in range(num_envs)]
+        self.groups = [range(first, first + count) for first, count in groups]
+        self.worker_of = {s: w for w, g in enumerate(self.groups) for s in g}
+        env = self.envs[0]
+        self.n = len(env.possible_agents)
+        self.noop = env.mask_buf[0].copy()  # a fresh env's rows all have the no-op mask
+        self.noop[:] = 0
+        self.noop[0] = 1
+        rows = num_envs * self.n
+        self.rows = rows
+        self.seeds: list[int] = [0] * num_envs
+        self.restarts = [0] * num_envs
+        self.need_reset = [False] * num_envs
+        self.next_seed: list[int | None] = [None] * num_envs
+        self.exp: dict[str, np.ndarray] = {
+            "obs": np.zeros((rows, env.obs_buf.shape[1]), env.obs_buf.dtype),
+            "rew": np.zeros(rows, env.rew_buf.dtype),
+            "term": np.zeros(rows, bool),
+            "trunc": np.zeros(rows, bool),
+            "action_mask": np.zeros((rows, env.mask_buf.shape[1]), env.mask_buf.dtype),
+            "needs_action": np.zeros(rows, bool),
+            "live": np.zeros(rows, bool),
+            "invalid_action": np.zeros(rows, bool),
+            "invalid_count": np.zeros(rows, env.invalid_count.dtype),
+            "restarted": np.zeros(rows, bool),
+            "sim_time": np.zeros(rows, np.float64),
+        }
+        if same_step:
+            self.exp["final_obs"] = np.zeros_like(self.exp["obs"])
+            self.exp["_final_obs"] = np.zeros(rows, bool)
+        self.timed = np.ones(rows, bool)  # rows whose sim_time is documented this step
+
+    @property
+    def mask(self) -> np.ndarray:
+        return self.exp["action_mask"]
+
+    def _copy(self, s: int) -> None:
+        env, e, r = self.envs[s], self.exp, slice(s * self.n, (s + 1) * self.n)
+        e["obs"][r] = env.obs_buf
+        e["rew"][r] = env.rew_buf
+        e["term"][r] = env.term_buf
+        e["trunc"][r] = env.trunc_buf
+        e["action_mask"][r] = env.mask_buf
+        e["needs_action"][r] = env.needs_buf
+        e["live"][r] = env.live
+        e["invalid_action"][r] = env.invalid_buf
+        e["invalid_count"][r] = env.invalid_count
+        e["restarted"][r] = False
+        e["sim_time"][r] = env.now
+        self.timed[r] = True
+
+    def _restarted(self, s: int) -> None:
+        """Env ``s`` is rebuilt: its rows report a truncation; its next step resets it
+        (``SameStep``: it is reset now, its rows show the new episode)."""
+        e, r = self.exp, slice(s * self.n, (s + 1) * self.n)
+        with contextlib.suppress(Exception):
+            self.envs[s].close()
+        self.restarts[s] += 1
+        self.envs[s] = self.factory()
+        seed = restart_seed(self.seeds[s], self.restarts[s])
+        if self.same_step:
+            self.envs[s].reset_arrays(seed)
+            self._copy(s)
+            e["final_obs"][r] = 0
+            e["_final_obs"][r] = True
+        else:
+            for key in ("obs", "invalid_count"):
+                e[key][r] = 0
+            for key in ("needs_action", "live", "invalid_action"):
+                e[key][r] = False
+            e["action_mask"][r] = self.noop
+            self.need_reset[s] = True
+            self.next_seed[s] = seed
+        e["rew"][r] = 0
+        e["term"][r] = False
+        e["trunc"][r] = True
+        e["restarted"][r] = True
+        self.timed[r] = False  # the clock of a lost env is not documented
+
+    def reset(self, seed: int) -> dict[str, np.ndarray]:
+        """``vec.reset(seed=seed)``: env ``i`` gets ``seed + i``."""
+        for s, env in enumerate(self.envs):
+            self.seeds[s] = seed + s
+            self.need_reset[s] = False
+            env.reset_arrays(seed + s)
+            self._copy(s)
+        if self.same_step:
+            self.exp["_final_obs"][:] = False
+        return self.exp
+
+    def step(self, actions: np.ndarray, lost: set[int]) -> tuple[set[int], Counter]:
+        """One ``vec.step(actions)``; the envs of the workers ``lost`` died or hung.
+
+        Returns the envs restarted on this step and the env faults that fired.
+        """
+        hit: set[int] = set()
+        fired: Counter = Counter()
+        if self.same_step:
+            self.exp["_final_obs"][:] = False
+        for w, group in enumerate(self.groups):
+            if w in lost:
+                hit.update(group)
+                continue
+            for s in group:
+                env = self.envs[s]
+                try:
+                    if self.need_reset[s] or env.episode_over:
+                        seed, self.next_seed[s] = self.next_seed[s], None
+                        self.need_reset[s] = False
+                        env.reset_arrays(seed)
+                        self._copy(s)
+                        continue
+                    env.step_arrays(actions[s * self.n : (s + 1) * self.n])
+                    self._copy(s)
+                    if self.same_step and env.episode_over:
+                        self._same_step_reset(s)
+                except ChaosError:
+                    fired["env_raise"] += 1
+                    hit.add(s)
+                except ChaosExit:  # the worker dies: all its envs are lost
+                    fired["env_exit"] += 1
+                    hit.update(group)
+                    break
+        for s in sorted(hit):
+            self._restarted(s)
+        return hit, fired
+
+    def _same_step_reset(self, s: int) -> None:
+        """``SameStep``: the ended episode's final observation, reward and flags; the new
+        episode's observations and masks."""
+        e, r = self.exp, slice(s * self.n, (s + 1) * self.n)
+        e["final_obs"][r] = e["obs"][r]
+        e["_final_obs"][r] = True
+        keep = {k: e[k][r].copy() for k in ("rew", "term", "trunc", "invalid_action")}
+        self.envs[s].reset_arrays(None)
+        self._copy(s)
+        for k, v in keep.items():
+            e[k][r] = v
+
+    def close(self) -> None:
+        for env in self.envs:
+            with contextlib.suppress(Exception):
+                env.close()
+
+
+def compare(got: dict[str, np.ndarray], exp: dict[str, np.ndarray], timed: np.ndarray
+            ) -> tuple[np.ndarray, list[str]]:
+    """Rows where ``got`` differs from ``exp`` in any field (bit for bit; ``sim_time`` only
+    where ``timed``), and the first differences in words."""
+    rows = len(timed)
+    bad = np.zeros(rows, bool)
+    notes: list[str] = []
+    for key in FIELDS + SAME_STEP_FIELDS:
+        if key not in exp:
+            continue
+        a, b = np.asarray(got[key]), exp[key]
+        if a.dtype != b.dtype or a.shape != b.shape:
+            bad[:] = True
+            notes.append(f"{key}: {a.dtype}{a.shape}, expected {b.dtype}{b.shape}")
+            continue
+        diff = (a.view(np.uint8).reshape(rows, -1) != b.view(np.uint8).reshape(rows, -1)
+                ).any(axis=1)
+        if key == "sim_time":
+            diff &= timed
+        elif key == "final_obs":  # other rows hold whatever an earlier step left there
+            diff &= exp["_final_obs"]
+        if diff.any():
+            r = int(np.flatnonzero(diff)[0])
+            notes.append(f"{key} row {r}: {a[r].tolist()}, expected {b[r].tolist()}")
+        bad |= diff
+    return bad, notes
+
+
+# ---- processes and /dev/shm ------------------------------------------------------------------
+
+ProcId = tuple[int, int]  # (pid, start time): a pid that cannot be mistaken for a reuse
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """``(state, ppid, start time)`` of a process, or ``None`` if there is none."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return rest[0], int(rest[1]), int(rest[19])
+
+
+def proc_id(pid: int) -> ProcId | None:
+    st = _stat(pid)
+    return None if st is None else (pid, st[2])
+
+
+def running(ident: ProcId) -> bool:
+    """The process exists (a zombie counts only if it is our unreaped child)."""
+    st = _stat(ident[0])
+    if st is None or st[2] != ident[1]:
+        return False
+    return st[0] != "Z" or st[1] == os.getpid()
+
+
+def signal_proc(ident: ProcId, sig: int) -> bool:
+    """Send ``sig`` to the process ``ident`` if it is still that process."""
+    st = _stat(ident[0])
+    if st is None or st[2] != ident[1] or st[0] == "Z":
+        return False
+    try:
+        os.kill(ident[0], sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_state(ident: ProcId, states: str, within: float = 2.0) -> bool:
+    """Wait until the process is in one of ``states`` (``"X"``: gone)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        st = _stat(ident[0])
+        if st is None or st[2] != ident[1]:
+            if "X" in states:
+                return True
+        elif st[0] in states:
+            return True
+        time.sleep(0.0005)
+    return False
+
+
+def children() -> dict[int, str]:
+    """Our direct child processes: pid -> command line."""
+    me, out = os.getpid(), {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _stat(int(name))
+            if st is not None and st[1] == me:
+                try:
+                    with open(f"/proc/{name}/cmdline", "rb") as f:
+                        out[int(name)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    pass
+    return out
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def _tree() -> set[int]:
+    """This process and its descendants."""
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _stat(int(name))
+            if st is not None:
+                parent[int(name)] = st[1]
+    ours, grew = {os.getpid()}, True
+    while grew:
+        new = {p for p, pp in parent.items() if pp in ours and p not in ours}
+        ours |= new
+        grew = bool(new)
+    return ours
+
+
+def foreign_shm(names: set[str]) -> set[str]:
+    """The entries of ``names`` that a process outside our tree has mapped (not ours).
+
+    Matched by inode: glibc's ``sem_open`` makes a semaphore under a temporary name and
+    links it to its own, so its creator maps ``/dev/shm/sem.XXXXXX (deleted)``.
+    """
+    inodes: dict[str, str] = {}
+    for n in names:
+        with contextlib.suppress(OSError):
+            inodes[str(os.stat(f"/dev/shm/{n}").st_ino)] = n
+    if not inodes:
+        return set()
+    ours, found = _tree(), set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) in ours:
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                maps = f.read()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/dev/shm/") and parts[4] in inodes:
+                found.add(inodes[parts[4]])
+    return found
+
+
+# ---- the run ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ChaosConfig:
+    """What to run.
+
+    Args:
+        backend: ``"shm"``, ``"supersuit"``, ``"roundrobin"``, ``"ray"``.
+        num_envs, num_workers: the vector env (``num_workers`` is SuperSuit's ``num_cpus``).
+        steps: vector steps in all.
+        faults: faults the harness injects (kinds drawn from ``kinds``).
+        seed: seeds the policy, the fault plan and the envs.
+        kinds: harness fault kinds to draw from (those the backend can take).
+        points: where the SIGINT faults land (:data:`POINTS`).
+        on_error: ``"restart"``, ``"raise"`` or ``"both"`` (alternate segments).
+        autoreset_mode: ``"NextStep"``, ``"SameStep"`` or ``"both"`` (alternate every
+            other segment pair).
+        segment_steps: steps per vector env (then it is closed and checked for leaks).
+        env: the base env: a zero-argument factory or a registered name.
+        env_kwargs: scenario arguments when ``env`` is a name.
+        raise_rate, exit_rate: env faults per env step (:class:`FaultSchedule`).
+        timeout: the vector env's worker timeout (a stopped worker costs this much).
+        watchdog: seconds a vector env call may take before it counts as a hang.
+        options: more ``make_vec`` options (``start_method``, ...).
+    """
+
+    backend: str = "shm"
+    num_envs: int = 6
+    num_workers: int = 2
+    steps: int = 400
+    faults: int = 20
+    seed: int = 0
+    kinds: tuple[str, ...] = HARNESS_KINDS
+    points: tuple[str, ...] = tuple(POINTS)
+    on_error: str = "both"
+    autoreset_mode: str = "NextStep"
+    segment_steps: int = 200
+    env: Any = None
+    env_kwargs: dict = field(default_factory=dict)
+    raise_rate: float = 0.004
+    exit_rate: float = 0.001
+    timeout: float = 1.0
+    watchdog: float = 120.0
+    options: dict = field(default_factory=dict)
+
+    @property
+    def has_processes(self) -> bool:
+        if self.backend in IN_PROCESS:
+            return False
+        return not (self.backend == "supersuit" and self.num_workers <= 1)
+
+
+@dataclass
+class ChaosReport:
+    """What a run saw. ``ok`` when nothing went wrong (every count below ``faults`` zero)."""
+
+    backend: str
+    steps: int = 0
+    segments: int = 0
+    faults: Counter = field(default_factory=Counter)
+    hangs: int = 0
+    divergent_rows: int = 0
+    errors: int = 0
+    leaked_processes: int = 0
+    leaked_shm: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def leaked_sem(self) -> int:
+        return sum(name.startswith("sem.") for name in self.leaked_shm)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.hangs or self.divergent_rows or self.errors
+                    or self.leaked_processes or self.leaked_shm)
+
+    def note(self, text: str) -> None:
+        if len(self.notes) < 50:
+            self.notes.append(text)
+        log.warning("chaos %s: %s", self.backend, text)
+
+    def summary(self) -> str:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
+        return (
+            f"{self.backend}: {self.steps} steps, {self.segments} vector envs, "
+            f"{sum(self.faults.values())} faults ({kinds}); hangs {self.hangs}, divergent rows "
+            f"{self.divergent_rows}, errors {self.errors}, leaked processes "
+            f"{self.leaked_processes}, leaked shm {len(self.leaked_shm) - self.leaked_sem}, "
+            f"leaked sem {self.leaked_sem}; {self.seconds:.1f} s"
+        )
+
+
+@dataclass
+class _Fault:
+    kind: str
+    worker: int = 0
+    timing: str = "idle"  # sigkill/sigstop: "idle" (between steps) or "busy" (mid-step)
+    point: str = "wait"  # sigint: where it lands (POINTS)
+    close: bool = False  # sigint: close the vector env after it
+    again: bool = False  # sigint: another one while the next call finishes this step
+    twice: bool = False  # sigkill: kill the replacement too, while it boots
+
+
+@dataclass
+class _Carry:
+    """What a step leaves to the next: a signal that landed after the worker answered
+    (the next step must see it), an interrupted step, a closed vector env."""
+
+    late: tuple[int, str, ProcId | None] | None = None  # (worker, kind, process)
+    interrupted: bool = False
+    again: bool = False
+    closed: bool = False
+
+
+@contextlib.contextmanager
+def _watchdog(seconds: float) -> Iterator[None]:
+    """Raise :class:`ChaosHang` in the main thread if the block overruns ``seconds``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        stack = "".join(traceback.format_stack(frame)[-8:])
+        raise ChaosHang(f"no return within {seconds:g} s; stack:\n{stack}")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _policy(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random legal action per row (rows with only the no-op get ``0``)."""
+    return (rng.random(mask.shape) * mask).argmax(axis=1).astype(np.int64)
+
+
+def _default_env() -> Callable[[], Any]:
+    from deszoo.vector.testing import ToyEnv
+
+    return ToyEnv
+
+
+class _Interrupt:
+    """Makes a ``SIGINT`` land in the parent at the first call of one of ``vec``'s methods
+    (on entering it or on leaving it): a real signal, turned into ``KeyboardInterrupt`` by
+    Python's handler at once (or when the vector env unblocks it)."""
+
+    def __init__(self, vec: Any, method: str, when: str):
+        self.vec, self.method = vec, method
+        original = getattr(vec, method)
+        # Python's handler, even in a process started in the background (SIGINT ignored).
+        self.handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        def hook(*args: Any, **kwargs: Any) -> Any:
+            vec.__dict__.pop(method, None)
+            if when == "enter":
+                signal.raise_signal(signal.SIGINT)
+            out = original(*args, **kwargs)
+            signal.raise_signal(signal.SIGINT)
+            return out
+
+        setattr(vec, method, hook)
+
+    def restore(self) -> None:
+        self.vec.__dict__.pop(self.method, None)
+        if self.handler is not None:
+            signal.signal(signal.SIGINT, self.handler)
+            self.handler = None
+
+
+class _BootKiller:
+    """Kills the first new child process (a replacement worker, while it boots)."""
+
+    def __init__(self) -> None:
+        self.before = set(children())
+        self.killed: int | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for pid, cmd in children().items():
+                if pid not in self.before and "resource_tracker" not in cmd:
+                    ident = proc_id(pid)
+                    if ident is not None and signal_proc(ident, signal.SIGKILL):
+                        self.killed = pid
+                        return
+            time.sleep(0.0005)
+
+    def join(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+class _Chaos:
+    """One run: segments of vector envs, faults, checks."""
+
+    def __init__(self, cfg: ChaosConfig, echo: Callable[[str], None] | None = None):
+        self.cfg = cfg
+        self.echo = echo
+        self.report = ChaosReport(cfg.backend)
+        self.rng = np.random.default_rng([cfg.seed, 1])
+        base = cfg.env if cfg.env is not None else _default_env()
+        exit_rate = cfg.exit_rate if cfg.has_processes else 0.0
+        self.factory = ChaosFactory(
+            base, FaultSchedule(cfg.raise_rate, exit_rate, cfg.seed),
+            tuple(sorted(cfg.env_kwargs.items())),
+        )
+        kinds = [k for k in cfg.kinds if k in HARNESS_KINDS]
+        if not cfg.has_processes:
+            kinds = [k for k in kinds if k == "sigint"]
+        self.kinds = kinds
+        self.plan = self._plan()
+
+    def _plan(self) -> dict[int, _Fault]:
+        """Fault steps (odd steps, so none follows another) and what each one is: the
+        kinds, timings and phases in turn (shuffled), so a short run covers them all."""
+        cfg, rng = self.cfg, self.rng
+        slots = max(cfg.steps // 2, 1)
+        n = min(cfg.faults, slots) if self.kinds else 0
+        steps = sorted((rng.choice(slots, size=n, replace=False) * 2 + 1).tolist())
+        kinds = [self.kinds[j % len(self.kinds)] for j in range(n)] if n else []
+        rng.shuffle(kinds)
+        seen: Counter = Counter()
+        plan = {}
+        points = [p for p, (_, _, _, needs) in POINTS.items()
+                  if p in cfg.points and (cfg.has_processes or not needs)]
+        for s, kind in zip(steps, kinds, strict=True):
+            j = seen[kind]
+            seen[kind] += 1
+            plan[s] = _Fault(
+                kind,
+                worker=int(rng.integers(max(cfg.num_workers, 1))),
+                timing=("idle", "busy")[j % 2],
+                point=points[j % len(points)],
+                close=j % 7 == 3,
+                again=j % 5 == 1,
+                twice=j % 3 == 2 and cfg.backend != "ray",  # Ray's actors are not our children
+            )
+        return plan
+
+    # ---- the run ------------------------------------------------------------------------
+    def run(self) -> ChaosReport:
+        start = time.monotonic()
+        step, seg = 0, 0
+        while step < self.cfg.steps:
+            n = min(self.cfg.segment_steps, self.cfg.steps - step)
+            mode = self.cfg.on_error
+            if mode == "both":
+                mode = "restart" if seg % 2 == 0 else "raise"
+            step += max(self._segment(seg, step, n, mode), 1)  # a failed build: skip a step
+            seg += 1
+        self.report.steps = step
+        self.report.segments = seg
+        self.report.seconds = time.monotonic() - start
+        return self.report
+
+    def _make(self, seg: int, mode: str) -> Any:
+        from deszoo.vector import make_vec
+
+        cfg = self.cfg
+        opts = dict(cfg.options)
+        if cfg.backend != "roundrobin":
+            opts["num_workers"] = cfg.num_workers
+        return make_vec(self.factory, cfg.num_envs, backend=cfg.backend, seed=self._seed(seg),
+                        timeout=cfg.timeout, on_error=mode,
+                        autoreset_mode=self._autoreset(seg), **opts)
+
+    def _autoreset(self, seg: int) -> str:
+        mode = self.cfg.autoreset_mode
+        if mode == "both":
+            return "SameStep" if seg // 2 % 2 else "NextStep"
+        return mode
+
+    def _seed(self, seg: int) -> int:
+        return self.cfg.seed * 1000 + seg * 100
+
+    def _segment(self, seg: int, first: int, n: int, mode: str) -> int:
+        """Run steps ``first .. first + n - 1`` on a new vector env; return the steps run."""
+        rep, cfg = self.report, self.cfg
+        self.label = f"{mode}, {self._autoreset(seg)}"
+        kids, shm = children(), shm_entries()
+        seen: set[ProcId] = set()
+        self.diverged, self.events = False, []
+        vec = replay = None
+        done = 0
+        try:
+            with _watchdog(cfg.watchdog):
+                vec = self._make(seg, mode)
+            groups = [(w.first, w.count) for w in vec._workers]
+            replay = Replay(self.factory.for_replay(), cfg.num_envs, groups,
+                            same_step=self._autoreset(seg) == "SameStep")
+            self._watch(vec, seen)
+            with _watchdog(cfg.watchdog):
+                obs, infos = vec.reset()
+            exp = replay.reset(self._seed(seg))
+            self._check(self._got(obs, infos), exp, replay.timed, first, mode)
+            policy = np.random.default_rng([cfg.seed, 2, seg])
+            carry = _Carry()
+            while done < n or (carry.late and done == n):  # a late signal gets its step
+                t = first + done
+                fault = self.plan.get(t) if done < n else None
+                if fault is not None and (carry.late or carry.interrupted):
+                    fault = None  # one fault at a time
+                done += 1  # counted when tried: a step that hangs is not tried again
+                carry = self._step(vec, replay, policy, t, fault, carry, mode, seen)
+                if carry.closed:
+                    break
+            if carry.late is not None and not carry.closed:
+                rep.errors += 1
+                rep.note(f"step {first + done - 1}: a signal to worker {carry.late[0]} was "
+                         "never seen")
+        except ChaosHang as exc:
+            rep.hangs += 1
+            rep.note(f"segment {seg} ({self.label}) hung: {exc}")
+        except Exception as exc:  # a vector env that failed: an error, the run goes on
+            rep.errors += 1
+            rep.note(f"segment {seg} ({self.label}): {type(exc).__name__}: {exc}\n"
+                     + traceback.format_exc(limit=-6))
+        finally:
+            if vec is not None:
+                self._close(vec, seen)
+            if replay is not None:
+                replay.close()
+            self._leaks(kids, shm, seen)
+        if self.echo is not None:
+            self.echo(f"segment {seg} ({self.label}): steps {first}..{first + done - 1}; "
+                      + rep.summary())
+        return done
+
+    def _watch(self, vec: Any, seen: set[ProcId]) -> None:
+        for pid in vec.worker_pids():
+            ident = proc_id(pid)
+            if ident is not None:
+                seen.add(ident)
+
+    @staticmethod
+    def _got(obs: np.ndarray, infos: dict, rew: Any = None, term: Any = None,
+             trunc: Any = None) -> dict:
+        """A step's (or a reset's: no rewards, no flags) results by field name."""
+        rows = len(obs)
+        out = {k: infos[k] for k in FIELDS + SAME_STEP_FIELDS if k in infos}
+        out["obs"] = obs
+        out["rew"] = np.zeros(rows, np.float32) if rew is None else rew
+        out["term"] = np.zeros(rows, bool) if term is None else term
+        out["trunc"] = np.zeros(rows, bool) if trunc is None else trunc
+        return out
+
+    def _step(self, vec: Any, replay: Replay, policy: np.random.Generator, t: int,
+              fault: _Fault | None, carry: _Carry, mode: str, seen: set[ProcId]) -> _Carry:
+        """One step with its fault; what it leaves to the next step."""
+        rep, cfg = self.report, self.cfg
+        acts = _policy(replay.mask, policy)
+        gens = [w.generation for w in vec._workers]
+        lost: set[int] = set()
+        if carry.late is not None:
+            lost.add(carry.late[0])
+            w, kind, ident = carry.late
+            want = "T" if kind == "sigstop" else "ZX"
+            if ident is not None and not _wait_state(ident, want):
+                st = _stat(ident[0])
+                rep.errors += 1
+                rep.note(f"step {t}: the {kind} of worker {w} (pid {ident[0]}) on the step "
+                         f"before has not taken: state {st[0] if st else 'gone'}")
+        timer = interrupt = killer = None
+        target: ProcId | None = None
+        kill = fault is not None and fault.kind in ("sigkill", "sigstop")
+        point = None
+        if fault is not None and fault.kind == "sigint":
+            point = fault.point
+        elif carry.again:  # a SIGINT while this call finishes the interrupted step
+            point = "settle"
+        if point is not None:
+            rep.faults["sigint"] += 1
+            if point == "settle":
+                method, when = "_collect", "enter"
+                applied = not vec._interrupted  # else it lands before this step's hand-out
+            else:
+                method, when, applied, needs = POINTS[point]
+                if method == "_ring" and not hasattr(vec, "_ring"):
+                    method = "_post"
+                kill = kill or needs
+            interrupt = _Interrupt(vec, method, when)
+        if kill:
+            kind = fault.kind if fault.kind != "sigint" else "sigkill"
+            sig = signal.SIGKILL if kind == "sigkill" else signal.SIGSTOP
+            target = proc_id(vec.worker_pids()[fault.worker])
+            seen.add(target)
+            if fault.kind != "sigint":
+                rep.faults[kind] += 1
+            if fault.timing == "idle" or fault.kind == "sigint":
+                sent = signal_proc(target, sig)
+                if not _wait_state(target, "ZX" if sig == signal.SIGKILL else "T", 5.0):
+                    st = _stat(target[0])
+                    rep.errors += 1
+                    rep.note(f"step {t}: {kind} of idle worker {fault.worker} (pid "
+                             f"{target[0]}, sent {sent}) has not taken in 5 s: state "
+                             f"{st[0] if st else 'gone'}")
+                lost.add(fault.worker)
+            else:
+                timer = threading.Timer(float(self.rng.uniform(0, 0.002)), signal_proc,
+                                        (target, sig))
+            if kind == "sigkill" and fault.twice:
+                killer = _BootKiller()
+        if fault is not None or point is not None:
+            self.events.append(f"step {t}: {fault.kind if fault else 'sigint'} "
+                               + (f"at {point}" if point else f"{fault.timing} worker "
+                                  f"{fault.worker}") + (" twice" if killer else ""))
+        result = raised = None
+        interrupted = False
+        try:
+            with _watchdog(cfg.watchdog):
+                if timer is not None:
+                    timer.start()
+                try:
+                    result = vec.step(acts)
+                except (SubEnvError, WorkerDiedError, WorkerTimeoutError) as exc:
+                    if not hasattr(exc, "results"):
+                        raise
+                    result, raised = exc.results, exc
+                finally:
+                    if timer is not None:
+                        timer.join()
+                    if killer is not None:
+                        killer.join()
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            if interrupt is not None:
+                interrupt.restore()
+        out = _Carry(interrupted=interrupted)
+        if killer is not None and killer.killed is not None:
+            rep.faults["sigkill"] += 1
+            if killer.killed in vec.worker_pids():  # it had booted: the next step sees it
+                w = vec.worker_pids().index(killer.killed)
+                out.late = (w, "sigkill", proc_id(killer.killed))
+        if timer is not None:
+            if vec._workers[fault.worker].generation != gens[fault.worker]:
+                lost.add(fault.worker)
+            else:  # it landed after the worker answered: the next step must see it
+                out.late = (fault.worker, fault.kind, target)
+        if fault is not None and fault.kind == "sigstop" and out.late is None:
+            self._release(target)
+        if carry.late is not None and carry.late[1] == "sigstop":
+            self._release(carry.late[2])
+        if interrupt is not None and not interrupted:
+            rep.errors += 1
+            rep.note(f"step {t}: SIGINT at {point} raised no KeyboardInterrupt")
+        if interrupted and interrupt is None:
+            raise KeyboardInterrupt  # a real Ctrl-C: stop the run
+        # What the step did, in the replay.
+        hit: set[int] = set()
+        if not interrupted or applied:
+            hit, fired = replay.step(acts, lost)
+            rep.faults.update(fired)
+            if fired:
+                self.events.append(f"step {t}: {dict(fired)}")
+        elif lost:
+            rep.errors += 1
+            rep.note(f"step {t}: workers {sorted(lost)} lost on a step that never started")
+        if [w.generation for w in vec._workers] != gens:
+            self._watch(vec, seen)
+        if interrupted:
+            if fault is not None and fault.close:
+                with _watchdog(cfg.watchdog):
+                    vec.close()
+                out.closed = True
+            out.again = fault is not None and fault.again
+            return out
+        obs, rew, term, trunc, infos = result
+        self._check(self._got(obs, infos, rew, term, trunc), replay.exp, replay.timed, t, mode)
+        if mode == "raise" and bool(hit) != (raised is not None):
+            rep.errors += 1
+            rep.note(f"step {t}: on_error='raise', envs {sorted(hit)} hit, raised {raised!r}")
+        return out
+
+    def _release(self, target: ProcId | None) -> None:
+        """After a SIGSTOP: the stopped worker must be gone once it was replaced."""
+        if target is None:
+            return
+        if _wait_state(target, "ZX", within=5.0):
+            return
+        self.report.leaked_processes += 1
+        self.report.note(f"stopped worker pid {target[0]} still there after its replacement")
+        signal_proc(target, signal.SIGCONT)
+        signal_proc(target, signal.SIGKILL)
+
+    def _check(self, got: dict, exp: dict, timed: np.ndarray, t: int, mode: str) -> None:
+        bad, notes = compare(got, exp, timed)
+        count = int(bad.sum())
+        if count:
+            self.report.divergent_rows += count
+            if not self.diverged:  # the rest of the segment follows from the first
+                self.report.note(f"step {t} ({self.label}): {count} divergent rows; "
+                                 + "; ".join(notes) + f"; after: {'; '.join(self.events[-3:])}")
+            self.diverged = True
+
+    def _close(self, vec: Any, seen: set[ProcId]) -> None:
+        """Close ``vec`` under the watchdog; after a hang, end its workers by force."""
+        try:
+            # close() may wait close_timeout (5 s) for a worker that does not answer.
+            with _watchdog(self.cfg.watchdog + 10.0):
+                vec.close()
+            return
+        except ChaosHang as exc:
+            self.report.hangs += 1
+            self.report.note(f"close() hung: {exc}")
+        except Exception as exc:
+            self.report.errors += 1
+            self.report.note(f"close() raised {type(exc).__name__}: {exc}")
+        for ident in seen:  # already counted: end them, and reap those that are ours
+            st = _stat(ident[0])
+            signal_proc(ident, signal.SIGCONT)
+            signal_proc(ident, signal.SIGKILL)
+            if st is not None and st[1] == os.getpid() and _wait_state(ident, "ZX"):
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(ident[0], os.WNOHANG)
+
+    def _leaks(self, kids: dict[int, str], shm: set[str], seen: set[ProcId]) -> None:
+        """After a close: no worker process, no new child, no new /dev/shm entry."""
+        rep = self.report
+        grace = 15.0 if self.cfg.backend == "ray" else 2.0
+        deadline = time.monotonic() + grace
+        left = set(seen)
+        while left and time.monotonic() < deadline:
+            left = {p for p in left if running(p)}
+            if left:
+                time.sleep(0.02)
+        for ident in sorted(left):
+            st = _stat(ident[0])
+            rep.leaked_processes += 1
+            rep.note(f"worker pid {ident[0]} left running after close (state "
+                     f"{st[0] if st else '?'})")
+            signal_proc(ident, signal.SIGCONT)
+            signal_proc(ident, signal.SIGKILL)
+        helpers = ("resource_tracker", "forkserver")
+        for pid, cmd in children().items():
+            if pid not in kids and not any(h in cmd for h in helpers):
+                ident = proc_id(pid)
+                if ident is None or ident in left:
+                    continue
+                if _wait_state(ident, "ZX", within=1.0) and not running(ident):
+                    continue
+                rep.leaked_processes += 1
+                rep.note(f"child pid {pid} left after close: {cmd[:120]}")
+        # Any process that makes a multiprocessing lock under fork shows a sem.mp-* name
+        # for a moment (tens of ms on a loaded machine): a new name must stay to count.
+        deadline = time.monotonic() + 2.0
+        new = shm_entries() - shm
+        while new and time.monotonic() < deadline:
+            time.sleep(0.05)
+            new &= shm_entries()
+        new -= foreign_shm(new)
+        for name in sorted(new):
+            rep.leaked_shm.append(name)
+            rep.note(f"/dev/shm/{name} left after close")
+
+
+def run_chaos(cfg: ChaosConfig, echo: Callable[[str], None] | None = None) -> ChaosReport:
+    """Run ``cfg``; see the module docstring. ``echo`` gets a line per segment.
+
+    Runs in the main thread only (the watchdog and the SIGINT faults are signals).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("run_chaos needs the main thread (it uses signals)")
+    # A process started in the background by a shell ignores SIGINT: the SIGINT faults
+    # need Python's own handler (KeyboardInterrupt).
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _Chaos(cfg, echo).run()
+    finally:
+        signal.signal(signal.SIGINT, old)

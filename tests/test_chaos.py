@@ -1,0 +1,313 @@
+"""Chaos on every backend (deszoo.vector.chaos): random faults, every result row checked
+against an undisturbed replay, no hang, no process or /dev/shm entry left behind.
+
+The longer run is ``python benchmarks/chaos.py``; these are short, bounded ones, and tests
+that the harness itself fails when a backend is wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+
+import numpy as np
+import pytest
+from conftest import HAS_RAY
+
+from deszoo.errors import WorkerTimeoutError
+from deszoo.vector import base as vec_base
+from deszoo.vector import make_vec
+from deszoo.vector.chaos import (
+    ChaosConfig,
+    ChaosFactory,
+    ChaosReport,
+    FaultSchedule,
+    Replay,
+    _Interrupt,
+    _policy,
+    _stat,
+    _watchdog,
+    compare,
+    proc_id,
+    run_chaos,
+    running,
+)
+from deszoo.vector.shm import ShmVecEnv
+from deszoo.vector.testing import ToyEnv, legal_last
+
+# name: make_vec options, steps, harness faults
+RUNS = {
+    "roundrobin": (dict(backend="roundrobin", num_workers=1), 300, 24),
+    "supersuit0": (dict(backend="supersuit", num_workers=0), 200, 16),
+    "shm2": (dict(backend="shm", num_workers=2), 240, 18),
+    "shm2-spawn": (dict(backend="shm", num_workers=2, options={"start_method": "spawn"}), 60,
+                   4),
+    "supersuit2": (dict(backend="supersuit", num_workers=2), 200, 15),
+}
+if HAS_RAY:
+    # Ray is slow to replace an actor: a short run, and no SIGSTOP (a timeout of seconds).
+    RUNS["ray2"] = (dict(backend="ray", num_workers=2, timeout=5.0, kinds=("sigkill", "sigint")),
+                    24, 2)
+
+
+@pytest.fixture(autouse=True)
+def quiet():
+    """Restarts log a warning each; a chaos run has many."""
+    logger = logging.getLogger("deszoo")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    yield
+    logger.setLevel(level)
+
+
+def explain(rep: ChaosReport) -> str:
+    return rep.summary() + "\n" + "\n".join(rep.notes[:10])
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_chaos(name, backend_opts):
+    """Faults of every kind at random steps, in restart and raise mode, NextStep and
+    SameStep: every row of every step is the replay's, nothing hangs, nothing is left
+    behind."""
+    opts, steps, faults = RUNS[name]
+    backend_opts(opts)  # starts Ray for the ray backend
+    cfg = ChaosConfig(num_envs=5, steps=steps, faults=faults, seed=11, raise_rate=0.01,
+                      exit_rate=0.003, segment_steps=steps // 4, autoreset_mode="both", **opts)
+    rep = run_chaos(cfg)
+    assert rep.ok, explain(rep)
+    kinds = set(cfg.kinds)
+    if cfg.backend == "roundrobin" or cfg.num_workers == 0:
+        kinds = {"sigint"}
+    assert kinds <= set(rep.faults), explain(rep)
+    assert rep.faults["sigint"] >= 1 and rep.segments >= 4
+    if cfg.steps >= 200:
+        assert rep.faults["env_raise"] >= 1, explain(rep)
+
+
+def small(**kwargs) -> ChaosConfig:
+    opts = dict(backend="shm", num_workers=2, num_envs=4, steps=40, faults=8, seed=3,
+                raise_rate=0.02, exit_rate=0.0, segment_steps=40)
+    opts.update(kwargs)
+    return ChaosConfig(**opts)
+
+
+def test_harness_sees_a_wrong_restart_seed(monkeypatch):
+    """The harness fails a backend whose rebuilt envs do not start the documented episode."""
+    monkeypatch.setattr(vec_base, "restart_seed", lambda seed, k: seed + k)
+    rep = run_chaos(small(kinds=("sigkill",), on_error="restart"))
+    assert rep.divergent_rows > 0 and "divergent rows" in rep.notes[0]
+    assert not (rep.hangs or rep.leaked_processes or rep.leaked_shm)
+
+
+def test_harness_sees_a_fault_spill_over_to_other_envs(monkeypatch):
+    """... and one where a fault changes the rows of an env it did not hit."""
+    mark = vec_base.DeszooVecEnv._mark_restarted
+
+    def spill(self, sims, reset_now):
+        mark(self, sorted(set(sims) | {0}), reset_now)
+
+    monkeypatch.setattr(vec_base.DeszooVecEnv, "_mark_restarted", spill)
+    rep = run_chaos(small(kinds=("sigkill",), raise_rate=0.0, on_error="restart", seed=5))
+    assert rep.faults["sigkill"] >= 8
+    assert rep.divergent_rows > 0
+
+
+def test_harness_sees_processes_left_behind(monkeypatch):
+    """... and one whose close leaves its workers running."""
+    monkeypatch.setattr(ShmVecEnv, "_shutdown", lambda self: None)
+    rep = run_chaos(small(kinds=("sigint",), faults=2, steps=10))
+    assert rep.leaked_processes >= 2 and rep.divergent_rows == 0
+
+
+def test_harness_sees_a_hang():
+    """A stopped worker that the vector env never gives up on (a long timeout) is a hang
+    for the watchdog, not a blocked test; the stopped process is not left behind."""
+    rep = run_chaos(small(kinds=("sigstop",), faults=1, steps=2, timeout=600.0, watchdog=2.0,
+                          raise_rate=0.0))
+    assert rep.hangs == 1 and "hung" in rep.notes[0]
+    assert rep.leaked_processes == 0 and not rep.leaked_shm
+
+
+# ---- regressions found by the chaos run ------------------------------------------------------
+
+
+class StopsWhenPickled:
+    """A value whose pickling stops the process that pickles it (SIGSTOP)."""
+
+    def __reduce__(self):
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return (int, (0,))
+
+
+def stopping_env():
+    env = ToyEnv()
+    env.stopper = StopsWhenPickled
+    return env
+
+
+def test_shm_worker_stopped_between_answer_and_data_times_out():
+    """A shm worker stopped after its answer but before the data that goes with it (an env
+    failure, a call's value) blocked the parent in recv() for ever: chaos saw a hang. It is
+    a hung worker: WorkerTimeoutError after the timeout, the worker replaced."""
+    vec = make_vec(stopping_env, 2, backend="shm", num_workers=2, seed=0, timeout=1.0,
+                   start_method="fork")
+    old = vec.worker_pids()
+    try:
+        _, infos = vec.reset()
+        with _watchdog(30.0), pytest.raises(WorkerTimeoutError, match="timeout"):
+            vec.call_envs("call", "stopper", [1])
+        new = vec.worker_pids()
+        assert new[0] == old[0] and new[1] != old[1]
+        vec.step(np.ones(vec.num_envs, dtype=np.int64) * (infos["action_mask"][:, 1] == 1))
+    finally:
+        vec.close()
+    for pid in old + new:
+        ident = proc_id(pid)
+        assert ident is None or not running(ident)
+
+
+@pytest.mark.parametrize("points, backend", [
+    (("polled",), "shm"), (("polled",), "roundrobin"), (("polled",), "supersuit"),
+    (("handle",), "shm"), (("restart",), "shm"), (("marked",), "supersuit"),
+])
+def test_ctrl_c_anywhere_in_a_step(points, backend):
+    """Found by the chaos run: a Ctrl-C that landed after a transport had read replies but
+    before they were taken lost them (the next call waited for those workers until the
+    timeout, then replaced them: their envs restarted, their env failures dropped); one
+    during the repair of a fault lost the faults not yet repaired (an env that raised went
+    on unrebuilt, unreported) or left a worker to be replaced again. Now the interrupted
+    step happened, its faults are repaired as documented, the run goes on: every row is the
+    replay's."""
+    rep = run_chaos(small(backend=backend, kinds=("sigint",), points=points, faults=6,
+                          steps=24, raise_rate=0.05, exit_rate=0.0, timeout=2.0))
+    assert rep.ok, explain(rep)
+    assert rep.faults["sigint"] >= 6
+
+
+@pytest.mark.parametrize("backend", ["shm", "roundrobin"])
+def test_ctrl_c_between_hand_out_and_wait(backend):
+    """Found by the chaos run: a Ctrl-C after the hand-out but before the wait's guard left
+    the workers busy with the step unfinished and nothing to say so: the next step went on
+    without it, and the failure of an env in it was dropped (the env never rebuilt). The
+    next call now finishes the interrupted step: the env restarts as documented."""
+    factory = ChaosFactory(ToyEnv, FaultSchedule(at=((11, 1, 2, "raise"),)))  # env 1, step 2
+    opts = {} if backend == "roundrobin" else dict(num_workers=2, timeout=2.0)
+    vec = make_vec(factory, 2, backend=backend, seed=10, on_error="restart", **opts)
+    replay = Replay(factory.for_replay(), 2, [(w.first, w.count) for w in vec._workers])
+    rng = np.random.default_rng(0)
+    try:
+        vec.reset()
+        replay.reset(10)
+        for t in range(4):
+            acts = _policy(replay.mask, rng)
+            if t == 1:
+                interrupt = _Interrupt(vec, "_collect", "enter")
+                with pytest.raises(KeyboardInterrupt):
+                    vec.step(acts)
+                interrupt.restore()
+                assert replay.step(acts, set())[0] == {1}
+                continue
+            obs, rew, term, trunc, infos = vec.step(acts)
+            replay.step(acts, set())
+            got = dict(obs=obs, rew=rew, term=term, trunc=trunc, **infos)
+            bad, notes = compare(got, replay.exp, replay.timed)
+            assert not bad.any(), f"step {t}: {notes}"
+    finally:
+        vec.close()
+        replay.close()
+
+
+@pytest.mark.parametrize("backend", ["roundrobin", "shm", "supersuit"])
+def test_same_step_truncation_does_not_stick(backend):
+    """Found by the chaos run (SameStep restarts): with autoreset_mode="SameStep" an episode
+    that ended by truncation left its rows reporting trunc=True on every step of the next
+    episode, on every backend alike (the vector env writes the ended step's flags into the
+    arrays the env shares, and a step cleared term but not trunc)."""
+    opts = {} if backend == "roundrobin" else dict(num_workers=2)
+    vec = make_vec(functools.partial(ToyEnv, max_steps=3), 2, backend=backend,
+                   autoreset_mode="SameStep", **opts)
+    try:
+        _, infos = vec.reset(seed=0)
+        for t in range(9):
+            obs, rew, term, trunc, infos = vec.step(legal_last(infos["action_mask"]))
+            ended = t % 3 == 2
+            assert trunc.all() == ended and infos["_final_obs"].all() == ended, t
+            assert ended or not trunc.any(), t
+    finally:
+        vec.close()
+
+
+@pytest.mark.parametrize("backend", ["shm", "supersuit"])
+@pytest.mark.parametrize("command", ["reset", "rebuild"])
+def test_worker_lost_during_a_repair_is_replaced(backend, command):
+    """Found by the chaos run: a worker that died during a repair (the replacement's
+    first reset in SameStep mode; the rebuild of an env that raised) failed the whole
+    vector env (VectorEnvError), where a worker lost at any other time is replaced. Now it
+    is replaced too, and each env of it restarts once, as the replay says."""
+    same_step = command == "reset"
+    # env 3 (worker 1) raises on its second step
+    factory = ChaosFactory(ToyEnv, FaultSchedule(at=((13, 1, 2, "raise"),)))
+    vec = make_vec(factory, 4, backend=backend, num_workers=2, seed=10, timeout=5.0,
+                   on_error="restart", autoreset_mode="SameStep" if same_step else "NextStep")
+    replay = Replay(factory.for_replay(), 4, [(w.first, w.count) for w in vec._workers],
+                    same_step=same_step)
+    post = vec._post
+
+    def kill_first(w, cmd, payload):
+        if cmd == command:
+            vec.__dict__.pop("_post")
+            ident = proc_id(vec.worker_pids()[w.index])
+            os.kill(ident[0], signal.SIGKILL)
+            while running(ident) and _stat(ident[0])[0] != "Z":
+                pass
+        return post(w, cmd, payload)
+
+    rng = np.random.default_rng(0)
+    try:
+        vec.reset()
+        replay.reset(10)
+        for t in range(6):
+            acts = _policy(replay.mask, rng)
+            lost = set()
+            if t == 1:
+                vec._post = kill_first
+                if same_step:  # worker 1 killed: its replacement dies before its reset
+                    os.kill(vec.worker_pids()[1], signal.SIGKILL)
+                lost = {1}
+            obs, rew, term, trunc, infos = vec.step(acts)
+            replay.step(acts, lost)
+            got = dict(obs=obs, rew=rew, term=term, trunc=trunc, **infos)
+            bad, notes = compare(got, replay.exp, replay.timed)
+            assert not bad.any(), f"step {t}: {notes}"
+    finally:
+        vec.close()
+        replay.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_supersuit_same_step_rebuild_shows_the_new_episode(workers):
+    """Found by the chaos run: with SameStep autoreset, an env rebuilt after it raised is
+    reset at once and its rows show the new episode; on supersuit they showed what the
+    failed step left (the rebuild's new rows stayed in the worker, the parent's are copies)."""
+    factory = ChaosFactory(ToyEnv, FaultSchedule(at=((13, 1, 2, "raise"),)))
+    vec = make_vec(factory, 4, backend="supersuit", num_workers=workers, seed=10,
+                   on_error="restart", autoreset_mode="SameStep")
+    replay = Replay(factory.for_replay(), 4, [(w.first, w.count) for w in vec._workers],
+                    same_step=True)
+    rng = np.random.default_rng(0)
+    try:
+        vec.reset()
+        replay.reset(10)
+        for t in range(5):
+            acts = _policy(replay.mask, rng)
+            obs, rew, term, trunc, infos = vec.step(acts)
+            hit, _ = replay.step(acts, set())
+            assert hit == ({3} if t == 1 else set())
+            got = dict(obs=obs, rew=rew, term=term, trunc=trunc, **infos)
+            bad, notes = compare(got, replay.exp, replay.timed)
+            assert not bad.any(), f"step {t}: {notes}"
+    finally:
+        vec.close()
+        replay.close()
