@@ -344,15 +344,19 @@ class DeszooVecEnv(VectorEnv):
             self._interrupted = True  # the next call collects these workers' answers
             raise
 
-    def _collect(self, ws: Sequence[Worker]) -> dict[int, Reply]:
-        """Wait for one reply from each worker of ``ws`` (``"hung"`` at the deadline)."""
-        ready = self._ready
-        timeout = self.timeout
+    def _deadline(self, ws: Sequence[Worker]) -> float:
+        """When workers ``ws``, given their commands now, count as hung."""
         for w in ws:
             if w.busy == "boot":
-                timeout = self.boot_timeout
-                break
-        deadline = time.monotonic() + timeout
+                return time.monotonic() + self.boot_timeout
+        return time.monotonic() + self.timeout
+
+    def _collect(self, ws: Sequence[Worker], deadline: float | None = None) -> dict[int, Reply]:
+        """Wait for one reply from each worker of ``ws`` (``"hung"`` at ``deadline``,
+        by default :meth:`_deadline`)."""
+        ready = self._ready
+        if deadline is None:
+            deadline = self._deadline(ws)
         try:
             missing = [w.index for w in ws if w.index not in ready]
             while missing:

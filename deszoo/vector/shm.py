@@ -432,16 +432,18 @@ class ShmVecEnv(DeszooVecEnv):
             if not p.dead:
                 self._ring(p)
 
-    def _collect(self, ws: Sequence[Worker]) -> dict[int, Reply]:
+    def _collect(self, ws: Sequence[Worker], deadline: float | None = None) -> dict[int, Reply]:
+        if deadline is None:
+            deadline = self._deadline(ws)
         if len(ws) != self.num_workers or self._early or self._ready:
-            return super()._collect(ws)
+            return super()._collect(ws, deadline)
         # The hot path (a sync step): one wake-up, the last worker's, usually finds every
         # answer "ok" in the control block. Anything else (data, a death, a stale wake-up,
         # a long step) goes the general way. Ctrl-C needs no holding off here: the replies
         # are read again from the control block (and the workers' states) until taken.
         ready = self._ready
         try:
-            for r in self._poll(time.monotonic() + self.timeout, len(ws)):
+            for r in self._poll(deadline, len(ws)):
                 self._take(r)
         except BaseException:
             self._interrupted = True
@@ -449,7 +451,7 @@ class ShmVecEnv(DeszooVecEnv):
         if len(ready) == len(ws) and list(ready.values()) == self._ok:
             ready.clear()
             return self._all_ok
-        return super()._collect(ws)
+        return super()._collect(ws, deadline)
 
     def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
         if self._early:
