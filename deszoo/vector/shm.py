@@ -450,7 +450,7 @@ class ShmVecEnv(DeszooVecEnv):
             raise
         if len(ready) == len(ws) and list(ready.values()) == self._ok:
             ready.clear()
-            return self._all_ok
+            return self._all_ok.copy()
         return super()._collect(ws, deadline)
 
     def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
