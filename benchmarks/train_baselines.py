@@ -57,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "norm_reward": True,  # MaskablePPO: VecNormalize(norm_obs=False); loop: reward_scale
     "reward_scale": 0.01,  # the PPO loop's reward multiplier
     "points": 4,  # evaluations on the learning curve
+    "env": {},  # config overrides for the training sims only (scoring uses the preset)
 }
 
 TUNED: dict[tuple[str, str], dict[str, Any]] = {
@@ -181,7 +182,7 @@ def train_maskable(name: str, preset: str, cfg: dict[str, Any],
     sims = num_sims(name, preset, cfg["rows"])
     start = time.perf_counter()
     env = to_sb3(make_vec(name, sims, backend="shm", num_workers=2, seed=0,
-                          autoreset_mode="SameStep", preset=preset))
+                          autoreset_mode="SameStep", preset=preset, **cfg["env"]))
     if cfg["norm_reward"]:
         env = VecNormalize(env, norm_obs=False, norm_reward=True, gamma=cfg["gamma"])
     model = MaskablePPO(
@@ -225,7 +226,7 @@ def train_loop(name: str, preset: str, cfg: dict[str, Any]) -> tuple[Policy, dic
                      epochs=cfg["n_epochs"], minibatch=cfg["batch_size"], lr=cfg["lr"],
                      gamma=cfg["gamma"], ent_coef=cfg["ent_coef"], hidden=cfg["hidden"],
                      reward_scale=cfg["reward_scale"] if cfg["norm_reward"] else 1.0,
-                     num_workers=2, on_update=on_update, preset=preset)
+                     num_workers=2, on_update=on_update, preset=preset, **cfg["env"])
     wall = time.perf_counter() - start - curve.eval_s
     curve.maybe(done[0], functools.partial(net.act, greedy=True), force=True)
     return (functools.partial(net.act, greedy=True),
@@ -259,7 +260,9 @@ def sampled_maskable(name: str, preset: str, models: Path | None,
 
 def _record(algorithm: str, steps: int, wall: float, sims: int, cfg: dict[str, Any],
             curve: Curve) -> dict[str, Any]:
-    hyper = {k: v for k, v in cfg.items() if k not in ("timesteps", "points", "rows")}
+    hyper = {k: v for k, v in cfg.items() if k not in ("timesteps", "points", "rows", "env")}
+    if cfg["env"]:
+        hyper["train_env"] = dict(cfg["env"])
     if algorithm.startswith("MaskablePPO"):
         hyper.pop("reward_scale")
     return {"algorithm": algorithm, "timesteps": int(steps), "wall_s": round(wall, 2),
