@@ -25,7 +25,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="shm,supersuit,roundrobin",
                    help="comma-separated backends: shm, supersuit, roundrobin, ray; "
-                        "supersuit0 is SuperSuit in the parent (default: %(default)s)")
+                        "supersuit0 is SuperSuit in the parent, raynode Ray with "
+                        "per_node=True (default: %(default)s)")
     p.add_argument("--envs", type=int, default=6, help="envs per vector env")
     p.add_argument("--workers", type=int, default=2, help="worker processes (or Ray actors)")
     p.add_argument("--steps", type=int, default=2000, help="vector steps per backend")
@@ -60,9 +61,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def config(args: argparse.Namespace, backend: str) -> ChaosConfig:
     workers = args.workers
+    options = {}
     if backend == "supersuit0":
         backend, workers = "supersuit", 0
-    options = {}
+    elif backend == "raynode":  # one Ray actor per node, driving a shm pool of the workers
+        backend, options["per_node"] = "ray", True
     if args.start_method and backend in ("shm", "supersuit") and workers > 1:
         options["start_method"] = args.start_method
     env_kwargs = {"preset": args.preset} if args.preset else {}
@@ -89,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             if not ray.is_initialized():
                 ray.init(address="local", include_dashboard=False, log_to_driver=False)
         rep = run_chaos(cfg, echo=print if args.verbose else None)
-        if backend == "supersuit0":
-            rep.backend = "supersuit0"
+        if backend in ("supersuit0", "raynode"):
+            rep.backend = backend
         reports.append(rep)
         print(rep.summary(), flush=True)
         for note in rep.notes[:10]:

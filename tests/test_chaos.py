@@ -50,6 +50,10 @@ if HAS_RAY:
     # Ray is slow to replace an actor: a short run, and no SIGSTOP (a timeout of seconds).
     RUNS["ray2"] = (dict(backend="ray", num_workers=2, timeout=5.0, kinds=("sigkill", "sigint")),
                     24, 2)
+    # One actor per node driving a shm pool: the faults hit the pool's workers.
+    RUNS["raynode2"] = (dict(backend="ray", num_workers=2, timeout=5.0,
+                             kinds=("sigkill", "sigstop", "sigint"),
+                             options={"per_node": True}), 40, 6)
 
 
 @pytest.fixture(autouse=True)
