@@ -8,6 +8,8 @@ anything went wrong.
 
     python benchmarks/chaos.py --backend shm,supersuit --faults 400 --steps 2000
     python benchmarks/chaos.py --backend ray --workers 2 --faults 50 --timeout 5
+    python benchmarks/chaos.py --backend shm,supersuit --envs 6 --batch-size 3   # async
+    python benchmarks/chaos.py --backend raynode --timeout 5      # Ray, per_node=True
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=2000, help="vector steps per backend")
     p.add_argument("--faults", type=int, default=300,
                    help="faults the harness injects per backend (the envs add their own)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="async mode (recv/send) with this many envs per recv; harness "
+                        "faults sigkill and sigstop only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kinds", default=",".join(HARNESS_KINDS),
                    help="harness faults to draw from (default: %(default)s)")
@@ -77,6 +82,7 @@ def config(args: argparse.Namespace, backend: str) -> ChaosConfig:
         segment_steps=args.segment_steps, env=args.env,
         env_kwargs=env_kwargs, raise_rate=args.raise_rate, exit_rate=args.exit_rate,
         timeout=args.timeout, watchdog=args.watchdog, options=options,
+        batch_size=args.batch_size,
     )
 
 

@@ -321,16 +321,21 @@ class Replay:
             self.exp["_final_obs"][:] = False
         return self.exp
 
-    def step(self, actions: np.ndarray, lost: set[int]) -> tuple[set[int], Counter]:
+    def step(self, actions: np.ndarray, lost: set[int],
+             workers: Sequence[int] | None = None) -> tuple[set[int], Counter]:
         """One ``vec.step(actions)``; the envs of the workers ``lost`` died or hung.
+        ``workers``: only these workers' envs step (async mode: the rows of one ``send``,
+        ``actions`` still indexed by row of the whole batch).
 
         Returns the envs restarted on this step and the env faults that fired.
         """
         hit: set[int] = set()
         fired: Counter = Counter()
-        if self.same_step:
-            self.exp["_final_obs"][:] = False
-        for w, group in enumerate(self.groups):
+        ws = range(len(self.groups)) if workers is None else workers
+        for w in ws:
+            group = self.groups[w]
+            if self.same_step:
+                self.exp["_final_obs"][group[0] * self.n : (group[-1] + 1) * self.n] = False
             if w in lost:
                 hit.update(group)
                 continue
@@ -546,6 +551,9 @@ class ChaosConfig:
         timeout: the vector env's worker timeout (a stopped worker costs this much).
         watchdog: seconds a vector env call may take before it counts as a hang.
         options: more ``make_vec`` options (``start_method``, ...).
+        batch_size: below ``num_envs``: async mode, ``async_reset`` then ``recv`` and
+            ``send`` (harness faults: ``sigkill`` and ``sigstop`` of any worker, idle or
+            with a step in flight, between a ``recv`` and its ``send``).
     """
 
     backend: str = "shm"
@@ -566,6 +574,11 @@ class ChaosConfig:
     timeout: float = 1.0
     watchdog: float = 120.0
     options: dict = field(default_factory=dict)
+    batch_size: int | None = None
+
+    @property
+    def is_async(self) -> bool:
+        return self.batch_size is not None and self.batch_size < self.num_envs
 
     @property
     def has_processes(self) -> bool:
@@ -657,6 +670,20 @@ def _watchdog(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
+def _worker_pid(vec: Any, i: int) -> int | None:
+    """The process id of worker ``i`` of ``vec`` (by index: ``worker_pids()`` leaves out
+    a worker without a process, so positions in it can shift)."""
+    h = vec._workers[i].handle
+    proc = getattr(h, "proc", None)
+    pid = proc.pid if proc is not None else getattr(h, "pid", None)
+    return pid if isinstance(pid, int) else None
+
+
+def _worker_proc(vec: Any, i: int) -> ProcId | None:
+    pid = _worker_pid(vec, i)
+    return None if pid is None else proc_id(pid)
+
+
 def _policy(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """A uniformly random legal action per row (rows with only the no-op get ``0``)."""
     return (rng.random(mask.shape) * mask).argmax(axis=1).astype(np.int64)
@@ -738,6 +765,8 @@ class _Chaos:
         kinds = [k for k in cfg.kinds if k in HARNESS_KINDS]
         if not cfg.has_processes:
             kinds = [k for k in kinds if k == "sigint"]
+        if cfg.is_async:
+            kinds = [k for k in kinds if k != "sigint"]
         self.kinds = kinds
         self.plan = self._plan()
 
@@ -791,6 +820,8 @@ class _Chaos:
         opts = dict(cfg.options)
         if cfg.backend != "roundrobin":
             opts["num_workers"] = cfg.num_workers
+        if cfg.is_async:
+            opts["batch_size"] = cfg.batch_size
         return make_vec(self.factory, cfg.num_envs, backend=cfg.backend, seed=self._seed(seg),
                         timeout=cfg.timeout, on_error=mode,
                         autoreset_mode=self._autoreset(seg), **opts)
@@ -812,7 +843,7 @@ class _Chaos:
         seen: set[ProcId] = set()
         self.diverged, self.events = False, []
         vec = replay = None
-        done = 0
+        self.done = 0  # steps tried (a step that hangs is not tried again)
         try:
             with _watchdog(cfg.watchdog):
                 vec = self._make(seg, mode)
@@ -820,25 +851,10 @@ class _Chaos:
             replay = Replay(self.factory.for_replay(), cfg.num_envs, groups,
                             same_step=self._autoreset(seg) == "SameStep")
             self._watch(vec, seen)
-            with _watchdog(cfg.watchdog):
-                obs, infos = vec.reset()
-            exp = replay.reset(self._seed(seg))
-            self._check(self._got(obs, infos), exp, replay.timed, first, mode)
-            policy = np.random.default_rng([cfg.seed, 2, seg])
-            carry = _Carry()
-            while done < n or (carry.late and done == n):  # a late signal gets its step
-                t = first + done
-                fault = self.plan.get(t) if done < n else None
-                if fault is not None and (carry.late or carry.interrupted):
-                    fault = None  # one fault at a time
-                done += 1  # counted when tried: a step that hangs is not tried again
-                carry = self._step(vec, replay, policy, t, fault, carry, mode, seen)
-                if carry.closed:
-                    break
-            if carry.late is not None and not carry.closed:
-                rep.errors += 1
-                rep.note(f"step {first + done - 1}: a signal to worker {carry.late[0]} was "
-                         "never seen")
+            if cfg.is_async:
+                self._run_async(vec, replay, seg, first, n, mode, seen)
+            else:
+                self._run_sync(vec, replay, seg, first, n, mode, seen)
         except ChaosHang as exc:
             rep.hangs += 1
             rep.note(f"segment {seg} ({self.label}) hung: {exc}")
@@ -853,9 +869,33 @@ class _Chaos:
                 replay.close()
             self._leaks(kids, shm, seen)
         if self.echo is not None:
-            self.echo(f"segment {seg} ({self.label}): steps {first}..{first + done - 1}; "
+            self.echo(f"segment {seg} ({self.label}): steps {first}..{first + self.done - 1}; "
                       + rep.summary())
-        return done
+        return self.done
+
+    def _run_sync(self, vec: Any, replay: Replay, seg: int, first: int, n: int, mode: str,
+                  seen: set[ProcId]) -> None:
+        """Steps ``first .. first + n - 1`` with ``reset`` and ``step``."""
+        rep, cfg = self.report, self.cfg
+        with _watchdog(cfg.watchdog):
+            obs, infos = vec.reset()
+        exp = replay.reset(self._seed(seg))
+        self._check(self._got(obs, infos), exp, replay.timed, first, mode)
+        policy = np.random.default_rng([cfg.seed, 2, seg])
+        carry = _Carry()
+        while self.done < n or (carry.late and self.done == n):  # a late signal gets its step
+            t = first + self.done
+            fault = self.plan.get(t) if self.done < n else None
+            if fault is not None and (carry.late or carry.interrupted):
+                fault = None  # one fault at a time
+            self.done += 1
+            carry = self._step(vec, replay, policy, t, fault, carry, mode, seen)
+            if carry.closed:
+                break
+        if carry.late is not None and not carry.closed:
+            rep.errors += 1
+            rep.note(f"step {first + self.done - 1}: a signal to worker {carry.late[0]} was "
+                     "never seen")
 
     def _watch(self, vec: Any, seen: set[ProcId]) -> None:
         for pid in vec.worker_pids():
@@ -910,10 +950,14 @@ class _Chaos:
                     method = "_post"
                 kill = kill or needs
             interrupt = _Interrupt(vec, method, when)
+        if kill and _worker_proc(vec, fault.worker) is None:  # between steps: never
+            rep.errors += 1
+            rep.note(f"step {t}: worker {fault.worker} has no process to signal")
+            kill = False
         if kill:
             kind = fault.kind if fault.kind != "sigint" else "sigkill"
             sig = signal.SIGKILL if kind == "sigkill" else signal.SIGSTOP
-            target = proc_id(vec.worker_pids()[fault.worker])
+            target = _worker_proc(vec, fault.worker)
             seen.add(target)
             if fault.kind != "sigint":
                 rep.faults[kind] += 1
@@ -934,7 +978,8 @@ class _Chaos:
         if fault is not None or point is not None:
             self.events.append(f"step {t}: {fault.kind if fault else 'sigint'} "
                                + (f"at {point}" if point else f"{fault.timing} worker "
-                                  f"{fault.worker}") + (" twice" if killer else ""))
+                                  f"{fault.worker}") + (" twice" if killer else "")
+                               + (f" (pid {target[0]})" if target else ""))
         result = raised = None
         interrupted = False
         try:
@@ -960,8 +1005,9 @@ class _Chaos:
         out = _Carry(interrupted=interrupted)
         if killer is not None and killer.killed is not None:
             rep.faults["sigkill"] += 1
-            if killer.killed in vec.worker_pids():  # it had booted: the next step sees it
-                w = vec.worker_pids().index(killer.killed)
+            pids = [_worker_pid(vec, i) for i in range(len(vec._workers))]
+            if killer.killed in pids:  # it had booted: the next step sees it
+                w = pids.index(killer.killed)
                 out.late = (w, "sigkill", proc_id(killer.killed))
         if timer is not None:
             if vec._workers[fault.worker].generation != gens[fault.worker]:
@@ -1002,6 +1048,74 @@ class _Chaos:
             rep.errors += 1
             rep.note(f"step {t}: on_error='raise', envs {sorted(hit)} hit, raised {raised!r}")
         return out
+
+    def _run_async(self, vec: Any, replay: Replay, seg: int, first: int, n: int, mode: str,
+                   seen: set[ProcId]) -> None:
+        """Steps ``first .. first + n - 1`` in async mode: each ``recv``'s rows are checked
+        against the replay of their workers' last ``send``; a worker whose generation
+        changed since that ``send`` (it died or hung and was replaced) lost that step."""
+        rep, cfg = self.report, self.cfg
+        policy = np.random.default_rng([cfg.seed, 2, seg])
+        worker_of_row = np.repeat(np.arange(len(replay.groups)),
+                                  [len(g) * replay.n for g in replay.groups])
+        with _watchdog(cfg.watchdog):
+            vec.async_reset()
+        exp = replay.reset(self._seed(seg))
+        gens = [w.generation for w in vec._workers]
+        # worker -> (the actions it was sent, rows of the whole batch; None: the reset),
+        # and its generation then
+        sent: dict[int, tuple[np.ndarray | None, int]] = {w: (None, g) for w, g in
+                                                          enumerate(gens)}
+        while self.done < n:
+            t = first + self.done
+            self.done += 1
+            with _watchdog(cfg.watchdog):
+                try:
+                    result = vec.recv()
+                except (SubEnvError, WorkerDiedError, WorkerTimeoutError) as exc:
+                    if not hasattr(exc, "results"):
+                        raise
+                    result = exc.results
+            obs, rew, term, trunc, infos = result
+            rows = infos["env_id"]
+            ws = list(dict.fromkeys(worker_of_row[rows].tolist()))
+            lost = {w for w in ws if vec._workers[w].generation != sent[w][1]}
+            moved = [w for w in ws if sent[w][0] is not None or w in lost]
+            if moved:
+                acts = sum((sent[w][0] for w in moved if sent[w][0] is not None),
+                           np.zeros(replay.rows, np.int64))
+                _, fired = replay.step(acts, lost, moved)
+                rep.faults.update(fired)
+            if [w.generation for w in vec._workers] != gens:
+                self._watch(vec, seen)
+            got = self._got(obs, infos, rew, term, trunc)
+            self._check(got, {k: v[rows] for k, v in exp.items()}, replay.timed[rows], t, mode)
+            acts = np.zeros(replay.rows, np.int64)
+            acts[rows] = _policy(replay.mask[rows], policy)
+            fault = self.plan.get(t)
+            if fault is not None:
+                self._signal_async(vec, fault, t, ws, seen)
+            gens = [w.generation for w in vec._workers]
+            with _watchdog(cfg.watchdog):
+                vec.send(acts[rows], rows)
+            for w in ws:
+                sent[w] = (np.where(worker_of_row == w, acts, 0), gens[w])
+
+    def _signal_async(self, vec: Any, fault: _Fault, t: int, idle: list[int],
+                      seen: set[ProcId]) -> None:
+        """SIGKILL or SIGSTOP worker ``fault.worker`` between a ``recv`` and its ``send``
+        (it may have a step in flight). A stopped worker is killed when it is replaced, or
+        by ``close``: one left behind counts as a leak."""
+        target = _worker_proc(vec, fault.worker)
+        if target is None:
+            return
+        seen.add(target)
+        sig = signal.SIGKILL if fault.kind == "sigkill" else signal.SIGSTOP
+        if signal_proc(target, sig):
+            self.report.faults[fault.kind] += 1
+            state = "idle" if fault.worker in idle else "busy"
+            self.events.append(f"step {t}: {fault.kind} {state} worker {fault.worker} "
+                               f"(pid {target[0]})")
 
     def _release(self, target: ProcId | None) -> None:
         """After a SIGSTOP: the stopped worker must be gone once it was replaced."""

@@ -482,7 +482,7 @@ class RayNodeVecEnv(RayVecEnv):
                     value = (None if got[1] is None else np.concatenate(got[1:]), got[0])
             except self._errors as exc:
                 node.lost = True
-                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                reason = _reason(exc)
                 detail = (f" (its node actor was lost; ray: {type(exc).__name__}: {reason}); "
                           "its envs were lost")
                 out += [Reply(i, "died", detail=detail) for i in ws]
@@ -600,3 +600,14 @@ class RayNodeVecEnv(RayVecEnv):
     def node_workers(self) -> list[list[int]]:
         """The workers of each node actor, by node."""
         return [list(node.workers) for node in self._nodes]
+
+
+def _reason(exc: BaseException) -> str:
+    """A Ray error in a line or two: its first line and, for an actor whose creation task
+    raised, the exception that task raised (the last line of its traceback)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    if len(lines) > 1 and "creation task" in lines[0]:
+        return f"{lines[0]} ... {lines[-1]}"
+    return lines[0]
