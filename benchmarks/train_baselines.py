@@ -70,9 +70,13 @@ TUNED: dict[tuple[str, str], dict[str, Any]] = {
     # At 100k MaskablePPO closed only 21% of the random-heuristic gap (-722; 4 dispatchers,
     # 7 actions, and the greedy policy was worse than random at 28k). Longer.
     ("loadbalance_v0", "default"): {"timesteps": 300_000},
-    # At 100k both learners' greedy policies froze at the first checkpoint into a fixed
-    # phase rule worse than random (-932, -832). More exploration, a smaller step.
-    ("traffic_v0", "small"): {"timesteps": 200_000, "ent_coef": 0.01, "lr": 1e-4},
+    # traffic_v0 has no entry: its first runs froze (greedy -932 on small, every curve point
+    # the same) because of a core bug, not the settings: trunc stayed True after an
+    # episode's truncation in SameStep mode (fixed in f36c005), so to_sb3 reported every row
+    # done on every later step, as an agent that left, and fed MaskablePPO zero observations.
+    # With the fix the defaults learn: 100k on small, seeds 5000..5019, MaskablePPO -223 and
+    # the loop -224 (random -544, heuristic -189); default: MaskablePPO -1807 (random
+    # -6310, heuristic -1601).
 }
 """Per (scenario, preset) overrides of :data:`DEFAULTS`, with the reason in a comment."""
 
