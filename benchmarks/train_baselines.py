@@ -73,6 +73,15 @@ TUNED: dict[tuple[str, str], dict[str, Any]] = {
     # At 100k both learners' greedy policies froze at the first checkpoint into a fixed
     # phase rule worse than random (-932, -832). More exploration, a smaller step.
     ("traffic_v0", "small"): {"timesteps": 200_000, "ent_coef": 0.01, "lr": 1e-4},
+    # The first entries (-6786 small, -9822 default, worse than random) were trained before
+    # f36c005: after the first truncation every step reported trunc=True, so to_sb3 made
+    # every row a one-step episode with an all-zero observation. Without that bug the
+    # defaults beat random at 100k (seeds 5000..5019: small -467, default -1725; random
+    # -1050, -4069; heuristic -495, -1338); 300k passes the heuristic (small -363, default
+    # -1028; training seeds 100, 200: -345, -355 and -949, -1036). `reward="team"` was worse
+    # on default (-1460 at 300k).
+    ("supplychain_v0", "small"): {"timesteps": 300_000},
+    ("supplychain_v0", "default"): {"timesteps": 300_000},
 }
 """Per (scenario, preset) overrides of :data:`DEFAULTS`, with the reason in a comment."""
 
