@@ -93,3 +93,27 @@ def test_maskable_ppo_accepts_the_adapter():
         contrib.MaskablePPO("MlpPolicy", venv, n_steps=16, batch_size=16, device="cpu").learn(32)
     finally:
         venv.close()
+
+
+@pytest.mark.parametrize("backend", ["roundrobin", "shm"])
+def test_sb3_episodes_after_a_truncation(backend):
+    """Issue 13: supplychain_v0's episodes all end by truncation (max_steps). Before
+    f36c005 the rows of every later episode reported trunc=True on each step, so to_sb3
+    marked every row done on every step and zeroed its observation (a departed agent), and
+    MaskablePPO trained on one-step episodes of zeros. Done only at each episode's end,
+    as a truncation, and never a zero observation."""
+    workers = {} if backend == "roundrobin" else {"num_workers": 2}
+    vec = make_vec("supplychain_v0", 2, backend=backend, preset="small", max_steps=5,
+                   autoreset_mode="SameStep", seed=0, **workers)
+    venv = to_sb3(vec)
+    try:
+        venv.reset()
+        for t in range(17):
+            obs, _, dones, infos = venv.step(np.full(venv.num_envs, 4))
+            ended = t % 5 == 4
+            assert dones.all() == ended and (ended or not dones.any()), t
+            assert np.abs(obs).sum(axis=1).min() > 0, t
+            if ended:
+                assert all(i["TimeLimit.truncated"] for i in infos), t
+    finally:
+        venv.close()
