@@ -6,6 +6,7 @@ The shared vector suite (``test_vector.py``) and the fault suite
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -276,3 +277,45 @@ def test_per_node_async_mode_matches_sync():
     finally:
         vec.close()
         ref.close()
+
+
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_per_node_late_pool_reply_keeps_the_healthy_worker(monkeypatch, batch_size):
+    """A pool reports a stopped worker as hung after ``timeout``; on a busy machine its
+    node actor's reply comes later than that. The parent waits ``timeout`` plus a grace for
+    the node, so only the stopped worker is replaced (its grace used to be 50 ms, one
+    poll slice, and then the node's healthy worker was replaced too). Here the pool's own
+    timeout is made 1 s longer than the parent's: its reply comes 1 s late."""
+    from deszoo.vector.ray_nodes import RayNodeVecEnv
+
+    setup = RayNodeVecEnv._setup
+
+    def late_pool(self):
+        setup(self)
+        self._pool_options["timeout"] = self.timeout + 1.0
+
+    monkeypatch.setattr(RayNodeVecEnv, "_setup", late_pool)
+    vec = make_vec(toy(), 4, backend="ray", per_node=True, num_workers=2, seed=0,
+                   timeout=2.0, on_error="restart", batch_size=batch_size)
+    try:
+        stopped = vec.worker_pids()[1]  # worker 1: envs 2..3
+        if batch_size is None:
+            _, infos = vec.reset()
+            os.kill(stopped, signal.SIGSTOP)
+            _, _, _, trunc, infos = vec.step(legal_last(infos["action_mask"]))
+            restarted = infos["restarted"]
+        else:
+            vec.async_reset()
+            restarted = np.zeros(vec.num_envs, bool)
+            os.kill(stopped, signal.SIGSTOP)  # it has its reset in flight, or has answered
+            for _ in range(4):  # both workers answer twice at least
+                _, _, _, _, infos = vec.recv()
+                restarted[infos["env_id"]] |= infos["restarted"]
+                vec.send(legal_last(infos["action_mask"]), infos["env_id"])
+        n = vec.agents_per_sim
+        assert restarted[2 * n :].all() and not restarted[: 2 * n].any(), restarted
+        assert stopped not in vec.worker_pids()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stopped, signal.SIGCONT)
+        vec.close()

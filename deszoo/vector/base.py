@@ -373,7 +373,7 @@ class DeszooVecEnv(VectorEnv):
 
     def _collect_first(self, k: int) -> list[Reply]:
         """The first ``k`` replies among busy workers, in the order they came."""
-        deadline = time.monotonic() + self.timeout
+        deadline = self._deadline([w for w in self._workers if w.busy])
         try:
             while len(self._ready) < k:
                 busy = [w.index for w in self._workers if w.busy and w.index not in self._ready]

@@ -1107,7 +1107,8 @@ class _Chaos:
         (it may have a step in flight). A stopped worker is killed when it is replaced, or
         by ``close``: one left behind counts as a leak."""
         target = _worker_proc(vec, fault.worker)
-        if target is None:
+        st = None if target is None else _stat(target[0])
+        if st is None or st[0] in "TZX":  # gone, or stopped and not yet replaced: no fault
             return
         seen.add(target)
         sig = signal.SIGKILL if fault.kind == "sigkill" else signal.SIGSTOP
