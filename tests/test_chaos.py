@@ -209,7 +209,7 @@ def test_ctrl_c_between_hand_out_and_wait(backend):
     factory = ChaosFactory(ToyEnv, FaultSchedule(at=((11, 1, 2, "raise"),)))  # env 1, step 2
     opts = {} if backend == "roundrobin" else dict(num_workers=2, timeout=2.0)
     vec = make_vec(factory, 2, backend=backend, seed=10, on_error="restart", **opts)
-    replay = Replay(factory.for_replay(), 2, [(w.first, w.count) for w in vec._workers])
+    replay = Replay.of(vec, factory)
     rng = np.random.default_rng(0)
     try:
         vec.reset()
@@ -265,8 +265,7 @@ def test_worker_lost_during_a_repair_is_replaced(backend, command):
     factory = ChaosFactory(ToyEnv, FaultSchedule(at=((13, 1, 2, "raise"),)))
     vec = make_vec(factory, 4, backend=backend, num_workers=2, seed=10, timeout=5.0,
                    on_error="restart", autoreset_mode="SameStep" if same_step else "NextStep")
-    replay = Replay(factory.for_replay(), 4, [(w.first, w.count) for w in vec._workers],
-                    same_step=same_step)
+    replay = Replay.of(vec, factory)
     post = vec._post
 
     def kill_first(w, cmd, payload):
@@ -308,8 +307,7 @@ def test_supersuit_same_step_rebuild_shows_the_new_episode(workers):
     factory = ChaosFactory(ToyEnv, FaultSchedule(at=((13, 1, 2, "raise"),)))
     vec = make_vec(factory, 4, backend="supersuit", num_workers=workers, seed=10,
                    on_error="restart", autoreset_mode="SameStep")
-    replay = Replay(factory.for_replay(), 4, [(w.first, w.count) for w in vec._workers],
-                    same_step=True)
+    replay = Replay.of(vec, factory)
     rng = np.random.default_rng(0)
     try:
         vec.reset()

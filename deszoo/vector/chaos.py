@@ -263,6 +263,13 @@ class Replay:
             self.exp["_final_obs"] = np.zeros(rows, bool)
         self.timed = np.ones(rows, bool)  # rows whose sim_time is documented this step
 
+    @classmethod
+    def of(cls, vec: Any, factory: ChaosFactory) -> Replay:
+        """The replay of ``vec``, a vector env of ``factory``'s envs: its envs, its workers'
+        groups and its autoreset mode."""
+        return cls(factory.for_replay(), vec.num_sims,
+                   [(w.first, w.count) for w in vec._workers], same_step=vec._same_step)
+
     @property
     def mask(self) -> np.ndarray:
         return self.exp["action_mask"]
@@ -847,9 +854,7 @@ class _Chaos:
         try:
             with _watchdog(cfg.watchdog):
                 vec = self._make(seg, mode)
-            groups = [(w.first, w.count) for w in vec._workers]
-            replay = Replay(self.factory.for_replay(), cfg.num_envs, groups,
-                            same_step=self._autoreset(seg) == "SameStep")
+            replay = Replay.of(vec, self.factory)
             self._watch(vec, seen)
             if cfg.is_async:
                 self._run_async(vec, replay, seg, first, n, mode, seen)
