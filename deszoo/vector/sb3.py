@@ -9,6 +9,9 @@ env must be built with ``autoreset_mode="SameStep"``. Rows are SB3's envs.
   truncations). An agent that leaves early observes zeros from then on (its row is dead):
   its row is not done again when the simulation resets, so ``VecMonitor`` counts each
   agent episode once (a dead row's idle steps count towards the length of its next one).
+* ``step_seconds`` holds each row's simulated length of the last step (up to the end of
+  the episode for a row whose episode ended in it): what
+  :class:`deszoo.learning.SimTimeRolloutBuffer` discounts by.
 * ``env_method("action_masks")`` returns the masks (as ``sb3_contrib``'s MaskablePPO
   asks). ``get_attr``, ``set_attr`` and ``env_method`` act on the simulation of each row
   in ``indices`` (each simulation once, however many of its rows are named).
@@ -62,6 +65,8 @@ def to_sb3(vec: DeszooVecEnv):
             self._mask[:, 0] = 1
             self._seed: int | None = None
             self._actions: np.ndarray | None = None
+            self._clock = np.zeros(venv.num_envs)
+            self.step_seconds = np.zeros(venv.num_envs)
             super().__init__(venv.num_envs, venv.single_observation_space,
                              venv.single_action_space)
 
@@ -69,6 +74,8 @@ def to_sb3(vec: DeszooVecEnv):
             obs, infos = self.venv.reset(seed=self._seed)
             self._seed = None
             self._mask = infos["action_mask"]
+            self._clock = np.array(infos["sim_time"], dtype=np.float64)
+            self.step_seconds = np.zeros(self.num_envs)
             self.reset_infos = [{} for _ in range(self.num_envs)]
             return obs
 
@@ -84,6 +91,12 @@ def to_sb3(vec: DeszooVecEnv):
             obs, rew, term, trunc, infos = self.venv.step(self._actions)
             self._mask = infos["action_mask"]
             reset = infos["_final_obs"]
+            now = np.array(infos["sim_time"], dtype=np.float64)
+            end = np.where(reset, infos["final_info"]["sim_time"], now)
+            # a restarted sim's clock starts again: its step has no known length
+            length = np.maximum(end - self._clock, 0.0)
+            self.step_seconds = np.where(infos["restarted"], 0.0, length)
+            self._clock = now
             dones = term | trunc
             out: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
             for r in np.flatnonzero(dones):
