@@ -52,8 +52,12 @@ DEFAULTS: dict[str, Any] = {
     "n_epochs": 4,
     "lr": 3e-4,
     "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "time_scale": None,  # MaskablePPO: discount gamma per this many simulated seconds
     "ent_coef": 0.0,
     "hidden": 64,  # two hidden layers of this width, for the policy and the value net
+    "entity": None,  # MaskablePPO: EntityPolicy((n_global, n_entities)) instead of an MLP
+    "home": None,  # EntityPolicy's home feature (the elevator car's floor)
     "norm_reward": True,  # MaskablePPO: VecNormalize(norm_obs=False); loop: reward_scale
     "reward_scale": 0.01,  # the PPO loop's reward multiplier
     "points": 4,  # evaluations on the learning curve
@@ -75,10 +79,43 @@ TUNED: dict[tuple[str, str], dict[str, Any]] = {
     # (-242.6); at 400k -48.8 on seeds 5000..5039, all 40 episodes finished.
     ("elevator_v0", "small"): {"timesteps": 400_000, "gamma": 0.995, "n_steps": 256,
                                "env": {"ride_weight": 0.0}},
+    # On default, trained as small (ride_weight 0, gamma 0.995, n_steps 256), the greedy cars
+    # still loop: with an MLP at most 5 of 20 episodes on seeds 5000..5019 end within 3000
+    # steps up to 426k timesteps (also with gae_lambda 1, with gamma per 3 simulated s, and
+    # with 64 sims and batches of 2048 up to 852k; a 128x128 net: 27 of 40 at 800k). The
+    # net sees one block of features per floor and must learn "go where people wait" once
+    # per floor; cars never went to floors where people rarely wait (all four shuttled
+    # empty between floors 5 and 7 while 6 people waited at floor 10). EntityPolicy (one
+    # network scores every floor): 18 of 20 end at 426k (-274.0 capped), but a car on
+    # floor 6 with a passenger waiting to go up kept taking the lobby as its target (the
+    # scorer of a floor did not see the car's own floor); with the car's floor's block
+    # (home=0): -283.3, -281.9, -269.4, -258.3 at 156k..623k (all 20 ended; random -370.4,
+    # heuristic -164.2).
+    ("elevator_v0", "default"): {"timesteps": 600_000, "gamma": 0.995, "n_steps": 256,
+                                 "env": {"ride_weight": 0.0}, "entity": (8, 12), "home": 0},
     # With gamma 0.99 the greedy robots wait (no-op) in 98.6% of their decisions on seeds
     # 5000..5019 (-203.5; random -58.4), also with ent_coef 0.01 (-195.1) or 300k timesteps
     # (-179.1). gamma 0.999: -54.3, waiting in none.
     ("warehouse_v0", "small"): {"gamma": 0.999},
+    # At the defaults the greedy robots wait (the no-op) until the 3000-step truncation
+    # (held out: -59003). Seeds 5000..5019: random -392.5, first-open-order-in-full-batches
+    # -367.1, heuristic -298.5. Two causes, measured:
+    # - gamma per step: a waiting robot decides every 10 s and so shortens every step. One
+    #   robot that always waits raises the return discounted 0.99 per step (-28.6 per robot
+    #   against -33.5) while the task gets worse (-86.1 against -61.2 undiscounted;
+    #   benchmarks/time_dilation.py). Discounting per simulated time (0.99 per 10 s) fixes the
+    #   sign; gamma 0.999 per step only weakens it.
+    # - bootstrapped advantages: with gae_lambda 0.99 (gamma 0.999) the greedy robots took the
+    #   no-op in 95% of their choices from 154k timesteps on; the value net underestimated the
+    #   states of robots with a partial batch (by 1.3 in return units, touring robots +0.2),
+    #   which makes adding an order look worse than starting the tour. Monte Carlo returns
+    #   (gae_lambda 1) do not lean on it.
+    # Either alone still collapsed into waiting in some run (per-step 0.999 with lambda 1 at
+    # 207k-614k; sim time with lambda 0.95 at 77k-104k). Both, with an MLP: first open order
+    # in full batches (-358.4 at 311k). Both with EntityPolicy (one network scores every order
+    # slot): -358.1, -344.8, -326.3, -335.2 at 104k..415k, never waiting.
+    ("warehouse_v0", "default"): {"timesteps": 400_000, "time_scale": 10.0, "gae_lambda": 1.0,
+                                  "entity": (19, 8)},
     # At 100k MaskablePPO closed only 21% of the random-heuristic gap (-722; 4 dispatchers,
     # 7 actions, and the greedy policy was worse than random at 28k). Longer.
     ("loadbalance_v0", "default"): {"timesteps": 300_000},
@@ -116,7 +153,8 @@ def config(name: str, preset: str) -> dict[str, Any]:
 
 _COLUMNS = [("timesteps", "timesteps"), ("rows", "rows"), ("n_steps", "n_steps"),
             ("batch_size", "batch"), ("n_epochs", "epochs"), ("lr", "lr"),
-            ("gamma", "gamma"), ("ent_coef", "ent_coef"), ("hidden", "net"),
+            ("gamma", "gamma"), ("time_scale", "gamma per"), ("gae_lambda", "lambda"),
+            ("ent_coef", "ent_coef"), ("hidden", "net"),
             ("norm_reward", "reward scaling")]
 
 
@@ -131,7 +169,9 @@ def hyperparameter_table(presets: tuple[str, ...] = PRESETS) -> str:
             for key, _ in _COLUMNS:
                 v = cfg[key]
                 if key == "hidden":
-                    v = f"{v}x{v}"
+                    v = f"{v}x{v}" if cfg["entity"] is None else f"entity {v}"
+                elif key == "time_scale":
+                    v = "step" if v is None else f"{v:g} s"
                 elif key == "norm_reward":
                     v = f"VecNormalize / x{cfg['reward_scale']:g}" if v else "none"
                 elif key == "timesteps":
@@ -208,6 +248,7 @@ def train_maskable(name: str, preset: str, cfg: dict[str, Any],
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.vec_env import VecNormalize
 
+    from deszoo.learning import EntityPolicy, SimTimeCallback, SimTimeRolloutBuffer
     from deszoo.vector import make_vec, to_sb3
 
     torch.set_num_threads(1)  # the cores are better spent on the simulation workers
@@ -217,11 +258,23 @@ def train_maskable(name: str, preset: str, cfg: dict[str, Any],
                           autoreset_mode="SameStep", preset=preset, **cfg["env"]))
     if cfg["norm_reward"]:
         env = VecNormalize(env, norm_obs=False, norm_reward=True, gamma=cfg["gamma"])
+    policy_class: Any = "MlpPolicy"
+    policy_kwargs: dict[str, Any] = {"net_arch": [cfg["hidden"], cfg["hidden"]]}
+    extra: dict[str, Any] = {}
+    callback = None
+    if cfg["entity"] is not None:
+        policy_class = EntityPolicy
+        policy_kwargs = {"entity": tuple(cfg["entity"]), "hidden": cfg["hidden"],
+                         "home": cfg["home"]}
+    if cfg["time_scale"] is not None:
+        extra = {"rollout_buffer_class": SimTimeRolloutBuffer,
+                 "rollout_buffer_kwargs": {"time_scale": cfg["time_scale"]}}
+        callback = SimTimeCallback()
     model = MaskablePPO(
-        "MlpPolicy", env, n_steps=cfg["n_steps"], batch_size=cfg["batch_size"],
+        policy_class, env, n_steps=cfg["n_steps"], batch_size=cfg["batch_size"],
         n_epochs=cfg["n_epochs"], learning_rate=cfg["lr"], gamma=cfg["gamma"],
-        ent_coef=cfg["ent_coef"], seed=0, device="cpu",
-        policy_kwargs={"net_arch": [cfg["hidden"], cfg["hidden"]]},
+        gae_lambda=cfg["gae_lambda"], ent_coef=cfg["ent_coef"], seed=0, device="cpu",
+        policy_kwargs=policy_kwargs, **extra,
     )
 
     def policy(obs, mask):
@@ -231,7 +284,7 @@ def train_maskable(name: str, preset: str, cfg: dict[str, Any],
     try:
         while model.num_timesteps < cfg["timesteps"]:
             model.learn(min(curve.every, cfg["timesteps"] - model.num_timesteps),
-                        reset_num_timesteps=False)
+                        reset_num_timesteps=False, callback=callback)
             curve.maybe(model.num_timesteps, policy)
     finally:
         env.close()
@@ -254,9 +307,13 @@ def train_loop(name: str, preset: str, cfg: dict[str, Any]) -> tuple[Policy, dic
         curve.maybe(steps, functools.partial(net.act, greedy=True))
 
     start = time.perf_counter()
+    if cfg["entity"] is not None or cfg["time_scale"] is not None:
+        raise SystemExit(f"{name}/{preset}: the PPO loop has no entity policy and discounts "
+                         "per step; train it with --algos maskable")
     net = loop.train(name, cfg["timesteps"], sims, seed=0, n_steps=cfg["n_steps"],
                      epochs=cfg["n_epochs"], minibatch=cfg["batch_size"], lr=cfg["lr"],
-                     gamma=cfg["gamma"], ent_coef=cfg["ent_coef"], hidden=cfg["hidden"],
+                     gamma=cfg["gamma"], lam=cfg["gae_lambda"], ent_coef=cfg["ent_coef"],
+                     hidden=cfg["hidden"],
                      reward_scale=cfg["reward_scale"] if cfg["norm_reward"] else 1.0,
                      num_workers=2, on_update=on_update, preset=preset, **cfg["env"])
     wall = time.perf_counter() - start - curve.eval_s
@@ -297,6 +354,9 @@ def _record(algorithm: str, steps: int, wall: float, sims: int, cfg: dict[str, A
         hyper["train_env"] = dict(cfg["env"])
     if algorithm.startswith("MaskablePPO"):
         hyper.pop("reward_scale")
+    else:
+        for key in ("entity", "home", "time_scale"):
+            hyper.pop(key)
     return {"algorithm": algorithm, "timesteps": int(steps), "wall_s": round(wall, 2),
             "train_seed": 0, "num_sims": sims, "num_workers": 2, "hyperparameters": hyper,
             "curve": curve.points, "curve_cap": CURVE_CAP,
