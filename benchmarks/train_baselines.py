@@ -116,9 +116,10 @@ TUNED: dict[tuple[str, str], dict[str, Any]] = {
     #   states of robots with a partial batch (by 1.3 in return units, touring robots +0.2),
     #   which makes adding an order look worse than starting the tour. Monte Carlo returns
     #   (gae_lambda 1) do not lean on it.
-    # Either alone still collapsed into waiting in some run (per-step 0.999 with lambda 1 at
-    # 207k-614k; sim time with lambda 0.95 at 77k-104k). Both, with an MLP: first open order
-    # in full batches (-358.4 at 311k). Both with EntityPolicy (one network scores every order
+    # Either alone still fell into waiting: per step with lambda 1 in 4 of 6 runs (from 77k
+    # to 614k timesteps), per simulated time with lambda 0.95 in 3 of 3 (at 77k-104k; two
+    # recovered). Both, with an MLP: about the first open order in full batches (-358.4 at
+    # 311k, -362.4 at 415k). Both with EntityPolicy (one network scores every order
     # slot): -358.1, -344.8, -326.3, -335.2 at 104k..415k, never waiting.
     ("warehouse_v0", "default"): {"timesteps": 400_000, "time_scale": 10.0, "gae_lambda": 1.0,
                                   "entity": (19, 8)},
