@@ -49,13 +49,14 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
           seed: int = 0, n_steps: int = 128, epochs: int = 4, minibatch: int = 512,
           lr: float = 3e-4, gamma: float = 0.99, lam: float = 0.95, clip: float = 0.2,
           ent_coef: float = 0.0, hidden: int = 64, reward_scale: float = 1.0,
-          num_workers: int | None = None,
+          time_scale: float | None = None, num_workers: int | None = None,
           on_update: Callable[[int, ActorCritic], None] | None = None, **kw) -> ActorCritic:
     """Train a shared policy for ``timesteps`` rows (agent decisions offered, as SB3 counts).
 
     Rewards are multiplied by ``reward_scale`` for learning (returns in the thousands make
     the value loss swamp the policy's). ``on_update(timesteps_so_far, net)`` is called after
-    every update (for a learning curve).
+    every update (for a learning curve). With ``time_scale`` a step of ``dt`` simulated
+    seconds is discounted by ``gamma ** (dt / time_scale)`` instead of ``gamma``.
     """
     torch.manual_seed(seed)
     torch.set_num_threads(1)  # the cores are better spent on the simulation workers
@@ -64,8 +65,9 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
     rows, n_act = vec.num_envs, vec.n_actions
     net = ActorCritic(vec.single_observation_space.shape[0], n_act, hidden)
     opt = torch.optim.Adam(net.parameters(), lr=lr, eps=1e-5)
-    buf = {k: [] for k in ("obs", "mask", "act", "logp", "val", "rew", "done")}
+    buf = {k: [] for k in ("obs", "mask", "act", "logp", "val", "rew", "done", "disc")}
     obs, infos = vec.reset()
+    clock = infos["sim_time"]
     try:
         for update in range(max(1, timesteps // (n_steps * rows))):
             for b in buf.values():
@@ -80,13 +82,19 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
                 obs, rew, term, trunc, infos = vec.step(act.numpy())
                 rew = rew * reward_scale
                 done = infos["_final_obs"]  # the row's sim ended (and was reset) this step
+                disc = np.full(rows, gamma)
+                if time_scale is not None:  # discount by the step's simulated length
+                    end = np.where(done, infos["final_info"]["sim_time"], infos["sim_time"])
+                    disc = gamma ** (np.maximum(end - clock, 0.0) / time_scale)
+                clock = infos["sim_time"]
                 cut = trunc & ~term  # truncated: bootstrap from the final observation
                 if cut.any():
                     with torch.no_grad():
                         tail = net.v(torch.as_tensor(infos["final_obs"][cut])).squeeze(-1)
-                    rew[cut] += gamma * tail.numpy()
+                    rew[cut] += disc[cut] * tail.numpy()
                 for k, x in zip(buf, (o, m, act, logp, val, torch.as_tensor(rew),
-                                      torch.as_tensor(done | term)), strict=True):
+                                      torch.as_tensor(done | term),
+                                      torch.as_tensor(disc, dtype=torch.float32)), strict=True):
                     buf[k].append(x)
             with torch.no_grad():  # ---- advantages (GAE)
                 next_val = net.v(torch.as_tensor(obs)).squeeze(-1)
@@ -95,8 +103,9 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
             for t in reversed(range(n_steps)):
                 nonterminal = 1.0 - buf["done"][t].float()
                 nv = next_val if t == n_steps - 1 else buf["val"][t + 1]
-                delta = buf["rew"][t] + gamma * nv * nonterminal - buf["val"][t]
-                last = delta + gamma * lam * nonterminal * last
+                g = buf["disc"][t]
+                delta = buf["rew"][t] + g * nv * nonterminal - buf["val"][t]
+                last = delta + g * lam * nonterminal * last
                 adv[t] = last
             b_obs, b_mask, b_act, b_logp, b_val = (torch.cat(buf[k]) for k in
                                                    ("obs", "mask", "act", "logp", "val"))
