@@ -314,13 +314,13 @@ def train_loop(name: str, preset: str, cfg: dict[str, Any]) -> tuple[Policy, dic
         curve.maybe(steps, functools.partial(net.act, greedy=True))
 
     start = time.perf_counter()
-    if cfg["entity"] is not None or cfg["time_scale"] is not None:
-        raise SystemExit(f"{name}/{preset}: the PPO loop has no entity policy and discounts "
-                         "per step; train it with --algos maskable")
+    if cfg["entity"] is not None:
+        raise SystemExit(f"{name}/{preset}: the PPO loop has no entity policy; train it with "
+                         "--algos maskable")
     net = loop.train(name, cfg["timesteps"], sims, seed=0, n_steps=cfg["n_steps"],
                      epochs=cfg["n_epochs"], minibatch=cfg["batch_size"], lr=cfg["lr"],
                      gamma=cfg["gamma"], lam=cfg["gae_lambda"], ent_coef=cfg["ent_coef"],
-                     hidden=cfg["hidden"],
+                     hidden=cfg["hidden"], time_scale=cfg["time_scale"],
                      reward_scale=cfg["reward_scale"] if cfg["norm_reward"] else 1.0,
                      num_workers=2, on_update=on_update, preset=preset, **cfg["env"])
     wall = time.perf_counter() - start - curve.eval_s
@@ -363,7 +363,7 @@ def _record(algorithm: str, steps: int, wall: float, sims: int, cfg: dict[str, A
     if algorithm.startswith("MaskablePPO"):
         hyper.pop("reward_scale")
     else:
-        for key in ("entity", "home", "time_scale"):
+        for key in ("entity", "home"):
             hyper.pop(key)
     return {"algorithm": algorithm, "timesteps": int(steps), "wall_s": round(wall, 2),
             "train_seed": 0, "num_sims": sims, "num_workers": 2, "hyperparameters": hyper,

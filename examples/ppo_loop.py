@@ -24,7 +24,7 @@ from torch import nn
 
 import deszoo
 from deszoo.policies import evaluate
-from deszoo.vector import make_vec
+from deszoo.vector import make_vec, step_seconds
 
 
 class ActorCritic(nn.Module):
@@ -84,8 +84,7 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
                 done = infos["_final_obs"]  # the row's sim ended (and was reset) this step
                 disc = np.full(rows, gamma)
                 if time_scale is not None:  # discount by the step's simulated length
-                    end = np.where(done, infos["final_info"]["sim_time"], infos["sim_time"])
-                    disc = gamma ** (np.maximum(end - clock, 0.0) / time_scale)
+                    disc = gamma ** (step_seconds(infos, clock) / time_scale)
                 clock = infos["sim_time"]
                 cut = trunc & ~term  # truncated: bootstrap from the final observation
                 if cut.any():

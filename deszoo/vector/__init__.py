@@ -27,7 +27,7 @@ from typing import Any
 from deszoo.core.config import check_seed
 from deszoo.core.memory import check_fits, env_bytes
 from deszoo.errors import ConfigError
-from deszoo.vector.base import DeszooVecEnv, VecSpec
+from deszoo.vector.base import DeszooVecEnv, VecSpec, step_seconds
 
 __all__ = [
     "BACKENDS",
@@ -35,6 +35,7 @@ __all__ = [
     "VecSpec",
     "make_vec",
     "register_backend",
+    "step_seconds",
     "to_sb3",
     "usable_cores",
 ]

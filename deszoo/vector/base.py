@@ -47,7 +47,7 @@ from deszoo.errors import (
 )
 from deszoo.vector._host import Buffers, Call, EnvFailure, Layout, restart_seed
 
-__all__ = ["VecSpec", "DeszooVecEnv", "State", "Worker", "Reply"]
+__all__ = ["VecSpec", "DeszooVecEnv", "State", "Worker", "Reply", "step_seconds"]
 
 log = logging.getLogger("deszoo.vector")
 
@@ -149,6 +149,15 @@ class Reply:
     failures: list[EnvFailure] = field(default_factory=list)
     value: Any = None
     detail: str = ""
+
+
+def step_seconds(infos: dict[str, Any], clock: np.ndarray) -> np.ndarray:
+    """Each row's simulated length of the step that returned ``infos`` (``SameStep`` mode),
+    given ``clock``, the rows' ``infos["sim_time"]`` before it. A row whose episode ended
+    in the step counts up to its end; a restarted sim's clock starts again, so its step has
+    no known length (0)."""
+    end = np.where(infos["_final_obs"], infos["final_info"]["sim_time"], infos["sim_time"])
+    return np.where(infos["restarted"], 0.0, np.maximum(end - clock, 0.0))
 
 
 def _split(sims: int, workers: int) -> list[tuple[int, int]]:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from deszoo.errors import ConfigError
-from deszoo.vector.base import DeszooVecEnv
+from deszoo.vector.base import DeszooVecEnv, step_seconds
 
 __all__ = ["to_sb3"]
 
@@ -91,12 +91,8 @@ def to_sb3(vec: DeszooVecEnv):
             obs, rew, term, trunc, infos = self.venv.step(self._actions)
             self._mask = infos["action_mask"]
             reset = infos["_final_obs"]
-            now = np.array(infos["sim_time"], dtype=np.float64)
-            end = np.where(reset, infos["final_info"]["sim_time"], now)
-            # a restarted sim's clock starts again: its step has no known length
-            length = np.maximum(end - self._clock, 0.0)
-            self.step_seconds = np.where(infos["restarted"], 0.0, length)
-            self._clock = now
+            self.step_seconds = step_seconds(infos, self._clock)
+            self._clock = np.array(infos["sim_time"], dtype=np.float64)
             dones = term | trunc
             out: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
             for r in np.flatnonzero(dones):
