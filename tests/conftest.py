@@ -1,8 +1,15 @@
-"""Shared fixtures: one local Ray for the whole session, started only if a test needs it."""
+"""Shared fixtures: one local Ray for the whole session, started only if a test needs it.
+
+With ``DESZOO_SKIP_LOG=<file>`` set, the node ids of skipped tests (and of modules skipped
+whole) are appended to that file, one per line: ``.ci/run`` runs the README's ``pytest``
+with only the README's install, then reruns what it skipped (``pytest @<file>``) once every
+extra is installed.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -33,3 +40,18 @@ def backend_opts(request):
         return dict(opts)
 
     return prepare
+
+
+def _log_skip(report) -> None:
+    path = os.environ.get("DESZOO_SKIP_LOG")
+    if path and report.skipped and report.nodeid:
+        with open(path, "a") as f:
+            f.write(report.nodeid + "\n")
+
+
+def pytest_runtest_logreport(report):
+    _log_skip(report)
+
+
+def pytest_collectreport(report):
+    _log_skip(report)
