@@ -74,6 +74,7 @@ import simpy
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
+from deszoo.core.arrays import allocate
 from deszoo.core.config import check_seed
 from deszoo.core.groups import AgentRows, Group
 from deszoo.core.memory import check_fits, env_bytes
@@ -207,18 +208,9 @@ class SimPyParallelEnv(ParallelEnv):
         self._discrete = rows.type is spaces.Discrete
         if self._discrete:
             self.n_actions = int(rows.mask_dim)
-        n, d = len(self.possible_agents), rows.obs_dim
-        # Per-agent state lives in arrays so vector backends can copy it out in one go.
-        self.obs_buf = np.zeros((n, d), dtype=np.float32)
-        self.mask_buf = np.zeros((n, rows.mask_dim), dtype=np.int8)
-        self.mask_buf[:] = rows.noop_mask()  # no episode yet: every agent is gone
-        self.rew_buf = np.zeros(n, dtype=np.float32)
-        self.term_buf = np.zeros(n, dtype=bool)
-        self.trunc_buf = np.zeros(n, dtype=bool)
-        self.live = np.zeros(n, dtype=bool)
-        self.needs_buf = np.zeros(n, dtype=bool)
-        self.invalid_buf = np.zeros(n, dtype=bool)
-        self.invalid_count = np.zeros(n, dtype=np.int32)
+        n = len(self.possible_agents)
+        # Per-agent state lives in arrays so vector backends can adopt them (core/arrays.py).
+        allocate(self, rows)
         self._gone = np.zeros(n, dtype=bool)  # left, but listed until the end (black_death)
         self._noop_mask = rows.noop_mask()
         self._arange = np.arange(n)

@@ -24,6 +24,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from deszoo.core.arrays import is_array_env
 from deszoo.core.config import check_seed
 from deszoo.core.memory import check_fits, env_bytes
 from deszoo.errors import ConfigError
@@ -175,7 +176,7 @@ def _spec(env: str | Callable[[], Any], num_envs: int, env_kwargs: dict) -> VecS
         raise ConfigError(f"num_envs={num_envs!r} must be a positive int (number of envs)")
     probe = factory()
     try:
-        if not hasattr(probe, "reset_arrays"):  # any other ParallelEnv: through its dict API
+        if not is_array_env(probe):  # any other ParallelEnv: through its dict API
             from deszoo.vector.adapter import ArrayFactory, ParallelEnvArrays
 
             probe.close()

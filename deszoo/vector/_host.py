@@ -23,24 +23,18 @@ from typing import Any
 
 import numpy as np
 
+from deszoo.core.arrays import AGENT_ARRAYS
 from deszoo.errors import InvalidActionError, MissingActionError, UnknownAgentError
 
 __all__ = ["Layout", "Buffers", "EnvGroup", "EnvFailure", "restart_seed"]
 
-# Per-row fields, in the order they are laid out in memory: name, trailing shape key, dtype.
+# Per-row fields, in the order they are laid out in memory: name, trailing shape key, dtype
+# (None: the env's action shape and dtype). The env's own arrays (core/arrays.py) first.
 ROW_FIELDS: tuple[tuple[str, str, Any], ...] = (
-    ("obs", "d", np.float32),
+    *((name, trailing, dtype) for name, dtype, trailing in AGENT_ARRAYS.values()),
     ("final_obs", "d", np.float32),
-    ("mask", "k", np.int8),
-    ("act", "a", None),  # shape and dtype of the env's actions
-    ("rew", "", np.float32),
-    ("term", "", np.bool_),
-    ("trunc", "", np.bool_),
-    ("live", "", np.bool_),
-    ("needs", "", np.bool_),
+    ("act", "a", None),
     ("final", "", np.bool_),
-    ("invalid", "", np.bool_),
-    ("invalid_count", "", np.int32),
     ("final_count", "", np.int32),
 )
 # Per-env fields: the clock, the SimPy events processed since the vector env was built, and
@@ -49,17 +43,7 @@ SIM_FIELDS: tuple[tuple[str, Any], ...] = (
     ("sim_time", np.float64), ("events", np.int64), ("final_time", np.float64),
 )
 # The env attribute each adopted row buffer replaces.
-ENV_ATTRS = {
-    "obs": "obs_buf",
-    "mask": "mask_buf",
-    "rew": "rew_buf",
-    "term": "term_buf",
-    "trunc": "trunc_buf",
-    "live": "live",
-    "needs": "needs_buf",
-    "invalid": "invalid_buf",
-    "invalid_count": "invalid_count",
-}
+ENV_ATTRS = {name: attr for attr, (name, _, _) in AGENT_ARRAYS.items()}
 ALIGN = 64
 # What a same-step reset keeps of the step that ended the episode.
 SAME_STEP_KEEP = ("rew", "term", "trunc", "invalid")

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from deszoo.core.arrays import allocate
 from deszoo.core.groups import AgentRows, Group
 from deszoo.errors import ConfigError
 
@@ -113,16 +114,7 @@ class ParallelEnvArrays:
         self.rows = AgentRows(groups, name)
         n, rows = len(self.possible_agents), self.rows
         self._index = {a: i for i, a in enumerate(self.possible_agents)}
-        self.obs_buf = np.zeros((n, rows.obs_dim), dtype=np.float32)
-        self.mask_buf = np.zeros((n, rows.mask_dim), dtype=np.int8)
-        self.mask_buf[:] = rows.noop_mask()
-        self.rew_buf = np.zeros(n, dtype=np.float32)
-        self.term_buf = np.zeros(n, dtype=bool)
-        self.trunc_buf = np.zeros(n, dtype=bool)
-        self.live = np.zeros(n, dtype=bool)
-        self.needs_buf = np.zeros(n, dtype=bool)
-        self.invalid_buf = np.zeros(n, dtype=bool)
-        self.invalid_count = np.zeros(n, dtype=np.int32)
+        allocate(self, rows)
         self._full = np.stack([rows.full_mask(i) for i in range(n)])
         self._noop = rows.noop_mask()
         self._over = True

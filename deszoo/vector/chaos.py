@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from deszoo.core.arrays import AGENT_ARRAYS
 from deszoo.errors import SubEnvError, WorkerDiedError, WorkerTimeoutError
 from deszoo.vector._host import restart_seed
 
@@ -77,8 +78,7 @@ ENV_KINDS = ("env_raise", "env_exit")
 IN_PROCESS = ("roundrobin",)  # backends without worker processes (also supersuit with 0-1)
 EXIT_CODE = 57  # what an env_exit fault exits with
 # The per-agent arrays of a deszoo env, as the vector backends adopt them.
-ENV_ARRAYS = ("obs_buf", "mask_buf", "rew_buf", "term_buf", "trunc_buf", "live", "needs_buf",
-              "invalid_buf", "invalid_count")
+ENV_ARRAYS = tuple(AGENT_ARRAYS)
 # Result fields compared row by row: name in the expectation, where it is in a step's result.
 FIELDS = ("obs", "rew", "term", "trunc", "action_mask", "needs_action", "live",
           "invalid_action", "invalid_count", "restarted", "sim_time")

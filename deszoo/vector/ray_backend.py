@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from deszoo.core.arrays import AGENT_ARRAYS
 from deszoo.errors import ConfigError
 from deszoo.vector._host import Buffers, Call, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, Reply, VecSpec, Worker
@@ -45,10 +46,7 @@ log = logging.getLogger(__name__)
 
 INSTALL_HINT = "backend='ray' needs Ray: pip install 'deszoo[ray]'"
 # Fields the parent reads back from an actor's block (``final_obs``/``final``: SameStep only).
-FIELDS = (
-    "obs", "mask", "rew", "term", "trunc", "live", "needs", "invalid", "invalid_count",
-    "sim_time", "events",
-)
+FIELDS = (*(name for name, _, _ in AGENT_ARRAYS.values()), "sim_time", "events")
 SAME_STEP_FIELDS = ("final_obs", "final", "final_count", "final_time")
 SIM_FIELDS = ("sim_time", "events", "final_time")
 # Default actor options: Ray's default resources for actors (one CPU to be placed, none held
