@@ -1,4 +1,4 @@
-"""A long chaos run of the vector backends (see ``deszoo/vector/chaos.py``).
+"""A long chaos run of the vector backends (see ``tests/chaos_harness.py``).
 
 Injects faults (SIGKILL, SIGSTOP of workers, SIGINT in the parent, exceptions and exits
 inside envs) at random steps, checks every result row against an undisturbed replay, and
@@ -19,8 +19,17 @@ import json
 import logging
 import sys
 from collections import Counter
+from pathlib import Path
 
-from deszoo.vector.chaos import HARNESS_KINDS, POINTS, ChaosConfig, ChaosReport, run_chaos
+# The harness is the tests' own machinery, next to them (not in the package).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from chaos_harness import (  # noqa: E402
+    HARNESS_KINDS,
+    POINTS,
+    ChaosConfig,
+    ChaosReport,
+    run_chaos,
+)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -379,13 +379,13 @@ def test_interrupted_step_is_finished_by_the_next_call(name, backend_opts):
         _, infos = vec.reset()
         ref.reset()
         acts = legal_last(infos["action_mask"])
-        original = vec._poll
 
-        def interrupted(*args):
-            vec._poll = original
-            raise KeyboardInterrupt
+        def interrupted(point):
+            if point == "wait":  # Ctrl-C while the workers step
+                vec.fault_hook = None
+                raise KeyboardInterrupt
 
-        vec._poll = interrupted
+        vec.fault_hook = interrupted
         with pytest.raises(KeyboardInterrupt):
             vec.step(acts)
         *_, ref_infos = ref.step(acts)
@@ -408,19 +408,15 @@ def test_interrupted_hand_out_reaches_every_worker():
         _, infos = vec.reset()
         ref.reset()
         acts = legal_last(infos["action_mask"])
-        original = vec._ring
-        calls = []
 
-        def ring_then_interrupt(p):
-            original(p)
-            calls.append(p)
-            if len(calls) == 1:
-                raise KeyboardInterrupt  # after the first worker's doorbell
+        def interrupt_hand_out(point):
+            if point == "handout":  # after the first worker's doorbell
+                vec.fault_hook = None
+                raise KeyboardInterrupt
 
-        vec._ring = ring_then_interrupt
+        vec.fault_hook = interrupt_hand_out
         with pytest.raises(KeyboardInterrupt):
             vec.step(acts)
-        vec._ring = original
         *_, ref_infos = ref.step(acts)
         start = time.monotonic()
         acts = legal_last(ref_infos["action_mask"])
