@@ -20,6 +20,9 @@ The lifecycle around them is deszoo's own (see :mod:`deszoo.vector.base`). What 
   ``recv``; workers are daemonic; ``close`` closes the envs and ends the workers cleanly
   (SuperSuit's ``close`` sends ``("close", None)``, which its own worker loop does not
   understand: its workers end by raising ``AssertionError`` without closing their envs).
+* Ctrl-C. SuperSuit's worker loop ends on any exception, a ``KeyboardInterrupt`` too: a
+  terminal's Ctrl-C (sent to the whole process group) restarted every worker's envs. Its
+  workers now ignore ``SIGINT`` and die with the parent (:mod:`deszoo.vector._procs`).
 * Calls. SuperSuit's worker loop knows no generic call; ``call``/``get_attr``/``set_attr``
   and rebuilds travel as its ``("env_is_wrapped", data)`` message, which it hands to the
   envs and answers with their replies.
