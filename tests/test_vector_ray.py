@@ -155,6 +155,25 @@ def test_per_node_pools_are_bit_identical(scenario, mode):
         ref.close()
 
 
+@pytest.mark.parametrize("step_channel", [True, False])
+def test_per_node_steps_through_the_channel_or_ray_alike(step_channel):
+    """A whole node's step goes through its step channel (a TCP connection to its actor)
+    by default, or through a Ray call with step_channel=False; both give roundrobin's bytes,
+    in both autoreset modes."""
+    for mode in ("NextStep", "SameStep"):
+        ref = make_vec("ridehail_v0", 5, backend="roundrobin", seed=3, autoreset_mode=mode,
+                       **scenario_kwargs("ridehail_v0"))
+        vec = make_pools("ridehail_v0", 5, seed=3, autoreset_mode=mode,
+                         step_channel=step_channel, **scenario_kwargs("ridehail_v0"))
+        try:
+            socks = [node.sock is not None for node in vec.transport.nodes]
+            assert socks == [step_channel] * 2
+            assert_same_rollouts(rollout(ref, 40), rollout(vec, 40), f"{mode} {step_channel}")
+        finally:
+            vec.close()
+            ref.close()
+
+
 def test_per_node_layout_and_arguments():
     """make_vec(per_node=True): one actor per node, its CPUs as shm workers; the split
     follows the nodes' CPUs; bad arguments raise ConfigError."""

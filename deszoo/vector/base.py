@@ -268,7 +268,8 @@ class Transport:
     def poll(self, deadline: float, want: int) -> list[Reply]:
         """Replies of workers with a command (and their deaths), waiting at most until
         ``deadline`` for ``want`` of them (a hint: returning as soon as there is one is
-        fine). Results are in :attr:`bufs` when a reply is returned."""
+        fine; past the deadline, the replies there are, without waiting). Results are in
+        :attr:`bufs` when a reply is returned."""
         raise NotImplementedError
 
     def stop(self, w: Worker) -> None:
@@ -632,12 +633,12 @@ class DeszooVecEnv(VectorEnv):
             deadline = self._deadline(ws)
         missing = [w.index for w in ws if w.index not in replies]
         while missing:
-            if time.monotonic() >= deadline:
+            self._poll(deadline, len(missing))  # past the deadline: what is there, at once
+            missing = [i for i in missing if i not in replies]
+            if missing and time.monotonic() >= deadline:
                 for i in missing:
                     self._take(Reply(i, "hung"))
                 break
-            self._poll(deadline, len(missing))
-            missing = [i for i in missing if i not in replies]
         return {w.index: replies.pop(w.index) for w in ws}
 
     def _collect_first(self, k: int) -> list[Reply]:
@@ -645,14 +646,14 @@ class DeszooVecEnv(VectorEnv):
         replies = self._replies
         deadline = self._deadline([w for w in self._workers if w.command])
         while len(replies) < k:
-            busy = [w.index for w in self._workers if w.command and w.index not in replies]
-            if not busy:
+            if not any(w.command for w in self._workers):
                 break
-            if time.monotonic() >= deadline:
-                for i in busy:
-                    self._take(Reply(i, "hung"))
+            self._poll(deadline, k - len(replies))  # past the deadline: what is there
+            if len(replies) < k and time.monotonic() >= deadline:
+                for w in self._workers:
+                    if w.command:
+                        self._take(Reply(w.index, "hung"))
                 break
-            self._poll(deadline, k - len(replies))
         return [replies.pop(i) for i in list(replies)[:k]]
 
     def _poll(self, deadline: float, want: int) -> None:
@@ -940,13 +941,13 @@ class DeszooVecEnv(VectorEnv):
         ws = self._workers
         if self._any_restarted:
             self._begin_step(ws)
+        deadline = time.monotonic() + self.timeout + self.transport.grace
         try:
-            replies = self.transport.step(ws, self._same_step,
-                                          time.monotonic() + self.timeout + self.transport.grace)
+            replies = self.transport.step(ws, self._same_step, deadline)
             if replies is not None:  # not every worker answered "ok" at once
                 for r in replies:
                     self._take(r)
-                self._report(list(self._collect(ws).values()), "step")
+                self._report(list(self._collect(ws, deadline).values()), "step")
         except BaseException:
             self._cut_short(ws)
             raise

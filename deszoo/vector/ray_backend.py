@@ -279,8 +279,8 @@ class RayTransport(Transport):
     def poll(self, deadline: float, want: int) -> list[Reply]:
         ray = self.ray
         busy = {w.handle.ref: w for w in self.workers if w.command and w.handle is not None}
-        remaining = deadline - time.monotonic()
-        if not busy or remaining <= 0:
+        remaining = max(0.0, deadline - time.monotonic())
+        if not busy:
             return []
         ready, _ = ray.wait(list(busy), num_returns=min(max(want, 1), len(busy)),
                             timeout=remaining)
@@ -361,7 +361,7 @@ class RayTransport(Transport):
 
 
 # Options of per_node=True only (None: not given).
-PER_NODE_ONLY = ("nodes", "start_method", "spin_us")
+PER_NODE_ONLY = ("nodes", "start_method", "spin_us", "step_channel")
 
 
 class RayVecEnv(DeszooVecEnv):
@@ -403,6 +403,9 @@ class RayVecEnv(DeszooVecEnv):
                none=True, note="'fork', 'spawn' or 'forkserver'"),
         option("spin_us", None, "number", "per_node only: how long an idle pool worker "
                "polls before it sleeps (default 0)", minimum=0, none=True),
+        option("step_channel", None, "bool", "per_node only: steps go through a direct TCP "
+               "connection to each node actor (default True), or through Ray calls (False)",
+               none=True),
     )
 
     @classmethod

@@ -26,8 +26,14 @@ See ``docs/distributed.md``.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import logging
 import os
+import pickle
+import select
+import socket
+import struct
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -67,6 +73,32 @@ DATA_COMMANDS = ("step", "reset", "rebuild")  # commands whose reply carries the
 # 16 envs per node, 390 KB). So a larger reply comes back in chunks of this size, each its
 # own return value.
 CHUNK = 96 * 1024
+# The step channel (see the module docstring): the driver sends STEP_HEAD (same-step flag,
+# bytes of actions) and the node's actions; the node answers REPLY_HEAD (bytes of the
+# block, bytes of the pickled notes), its block and its notes (None: every worker "ok").
+STEP_HEAD = struct.Struct("<II")
+REPLY_HEAD = struct.Struct("<QQ")
+TOKEN_BYTES = 16
+
+
+def _recv_into(sock: socket.socket, view: memoryview) -> bool:
+    """Fill ``view`` from ``sock``; ``False`` at EOF before the first byte."""
+    got = 0
+    while got < len(view):
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            if got == 0:
+                return False
+            raise ConnectionError("connection closed in the middle of a message")
+        got += k
+    return True
+
+
+def _recv_bytes(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    if n and not _recv_into(sock, memoryview(buf)):
+        raise ConnectionError("connection closed")
+    return bytes(buf)
 
 
 def alive_nodes() -> list[tuple[str, int]]:
@@ -120,6 +152,7 @@ class _NodeHost:
         same_step: bool,
         pool_options: dict,
         chunk: int = CHUNK,
+        channel: bool = True,
     ):
         import ray
 
@@ -140,14 +173,72 @@ class _NodeHost:
             self.chunks = [self.block[a : a + chunk] for a in range(0, len(self.block), chunk)]
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        self.channel: tuple | None = None
+        if channel and self.error is None:
+            try:
+                self._listen()
+            except OSError as exc:  # the driver steps this node through Ray calls then
+                log.warning("node actor %s: no step channel (%s)", first, exc)
+
+    def _listen(self) -> None:
+        """Open the step channel: a TCP port on this node's address that takes one
+        connection, from the driver, which proves itself with a token first."""
+        ip = self.info[1]
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((ip, 0))
+        listener.listen(1)
+        token = os.urandom(TOKEN_BYTES)
+        self.channel = (ip, listener.getsockname()[1], token)
+        threading.Thread(target=self._serve, args=(listener, token), daemon=True,
+                         name="deszoo-node-channel").start()
+
+    def _serve(self, listener: socket.socket, token: bytes) -> None:
+        """The step channel's thread: accept the driver, then step the pool for it until
+        it hangs up. Steps come one at a time and never while a Ray call of this actor
+        runs (the driver waits for each), so the pool is never used by two threads at once."""
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                conn.settimeout(10.0)
+                if hmac.compare_digest(_recv_bytes(conn, TOKEN_BYTES), token):
+                    break
+            except OSError:
+                pass
+            conn.close()
+        listener.close()
+        conn.settimeout(None)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        act = memoryview(self.pool._bufs.act.reshape(-1).view(np.uint8))
+        head = bytearray(STEP_HEAD.size)
+        try:
+            while _recv_into(conn, memoryview(head)):
+                same_step, nbytes = STEP_HEAD.unpack(head)
+                if nbytes != len(act):
+                    raise ConnectionError(f"step of {nbytes} bytes of actions; expected {len(act)}")
+                _recv_into(conn, act)
+                _, notes = self._run("step", None, bool(same_step))
+                data = pickle.dumps(notes) if notes is not None else b""
+                conn.sendall(REPLY_HEAD.pack(self.block.nbytes, len(data)))
+                conn.sendall(memoryview(self.block))
+                if data:
+                    conn.sendall(data)
+        except OSError as exc:  # the driver is gone (it notices a lost actor by itself)
+            log.debug("step channel closed: %s", exc)
+        finally:
+            conn.close()
 
     def launch(self, seeds: dict[int, list | None]) -> tuple:
         """(Re)start pool workers ``j`` whose envs start with ``seeds[j]``; wait for them.
 
-        Returns ``(actor info, (offsets, chunks per reply), {j: (kind, pid, detail)})``.
+        Returns ``(actor info, (offsets, chunks per reply), {j: (kind, pid, detail)})``;
+        the info ends with the step channel ``(ip, port, token)``, or ``None``.
         """
+        info = (*self.info, self.channel)
         if self.error is not None:
-            return self.info, None, {j: ("boot_failed", None, self.error) for j in seeds}
+            return info, None, {j: ("boot_failed", None, self.error) for j in seeds}
         pool = self.pool
         ws = []
         for j, s in seeds.items():
@@ -163,7 +254,7 @@ class _NodeHost:
             r = replies[w.index]
             pid = w.handle.proc.pid if w.handle is not None else None
             out[w.index] = (r.kind, pid, r.detail)
-        return self.info, (self.offsets, len(self.chunks)), out
+        return info, (self.offsets, len(self.chunks)), out
 
     def run(self, command: str, workers: list[int] | None, payload: Any,
             actions: np.ndarray | None) -> tuple:
@@ -175,9 +266,17 @@ class _NodeHost:
         chunk: ``(replies, chunk 0, chunk 1, ...)``, one return value each (``None``
         chunks when there is no block).
         """
-        pool = self.pool
         if actions is not None:
-            pool._bufs.act[:] = actions
+            self.pool._bufs.act[:] = actions
+        data, reply = self._run(command, workers, payload)
+        if len(self.chunks) == 1:
+            return (self.block if data else None), reply
+        return (reply, *(self.chunks if data else [None] * len(self.chunks)))
+
+    def _run(self, command: str, workers: list[int] | None, payload: Any) -> tuple:
+        """Run ``command`` (actions already in place); ``(whether the block was packed,
+        notes)``."""
+        pool = self.pool
         ws = pool._workers if workers is None else [pool._workers[j] for j in workers]
         notes = []
         live = []
@@ -188,7 +287,17 @@ class _NodeHost:
                 live.append(w)
         if command != "step":
             payload = {j: self._local(command, p) for j, p in payload.items()}
-        replies = pool._exchange(live, command, payload) if live else {}
+            replies = pool._exchange(live, command, payload) if live else {}
+        elif len(live) == len(pool._workers):  # shm's fast path: None when all are "ok"
+            deadline = time.monotonic() + pool.timeout
+            got = pool.transport.step(live, bool(payload), deadline)
+            replies = {}
+            if got is not None:
+                for r in got:
+                    pool._take(r)
+                replies = pool._collect(live, deadline)
+        else:
+            replies = pool._exchange(live, command, payload) if live else {}
         data = command in DATA_COMMANDS
         if data:
             np.concatenate(self.parts, out=self.block)
@@ -198,10 +307,7 @@ class _NodeHost:
                 for f in r.failures:
                     f.env_index += self.first
                 notes.append((j, r.kind, r.failures, r.value, r.detail))
-        reply = notes or None
-        if len(self.chunks) == 1:
-            return (self.block if data else None), reply
-        return (reply, *(self.chunks if data else [None] * len(self.chunks)))
+        return data, (notes or None)
 
     def _local(self, command: str, payload: Any) -> Any:
         """A command's arguments with batch-wide env indices made the pool's."""
@@ -242,6 +348,9 @@ class _Node:
     launches: dict = field(default_factory=dict)  # pool worker j -> reset seeds
     copies: list | None = None  # whole-node copy plan
     run: Any = None  # the actor's ``run`` method, with as many returns as its reply has
+    sock: socket.socket | None = None  # the step channel to its actor, if it has one
+    sock_ws: list[int] | None = None  # the workers of the step in flight on it
+    rbuf: np.ndarray | None = None  # where its step replies are read to
 
 
 @dataclass
@@ -277,10 +386,11 @@ class RayNodeTransport(RayTransport):
 
     def __init__(self, spec: VecSpec, workers: list[Worker], same_step: bool,
                  nodes: list[tuple[str, int]], pool_options: dict, actor_options: dict | None,
-                 close_timeout: float, chunk_bytes: int = CHUNK):
+                 close_timeout: float, chunk_bytes: int = CHUNK, channels: bool = True):
         super().__init__(spec, workers, same_step, actor_options, close_timeout)
         self.pool_options = pool_options
         self.chunk_bytes = chunk_bytes
+        self.channels = channels
         self.placement = "scheduling_strategy" not in (actor_options or {})
         self.early: list[Reply] = []  # replies known without asking (a lost node actor)
         # A pool reports a hung worker after ``timeout``; its actor gets a little longer
@@ -320,7 +430,7 @@ class RayNodeTransport(RayTransport):
         events = self.bufs.events[node.first : node.first + node.count].copy()
         node.handle = self.actor_cls.options(**opts).remote(
             spec, node.first, len(node.workers), events, self.same_step, self.pool_options,
-            self.chunk_bytes)
+            self.chunk_bytes, self.channels)
         self.handles.append(node.handle)
         node.generation += 1
         node.lost = False
@@ -365,6 +475,10 @@ class RayNodeTransport(RayTransport):
 
     def _send(self, node: _Node) -> bool:
         sent = False
+        if (node.pending and node.command == "step" and node.sock is not None
+                and len(node.pending) == len(node.workers) and not node.launches):
+            self._send_step(node)
+            return True
         if node.launches:
             ref = node.handle.launch.remote(node.launches)
             node.inflight[ref] = ("boot", [node.workers[j] for j in node.launches], [ref])
@@ -385,6 +499,67 @@ class RayNodeTransport(RayTransport):
             sent = True
         return sent
 
+    def _send_step(self, node: _Node) -> None:
+        """A whole node's step through its step channel: its actions, no Ray call."""
+        n = self.n
+        acts = self.bufs.act[node.first * n : (node.first + node.count) * n]
+        same_step = bool(next(iter(node.pending.values())))
+        ws = [node.workers[j] for j in sorted(node.pending)]
+        node.command, node.pending = None, {}
+        try:
+            node.sock.sendall(STEP_HEAD.pack(int(same_step), acts.nbytes))
+            node.sock.sendall(memoryview(acts.reshape(-1).view(np.uint8)))
+        except OSError as exc:  # its actor is gone
+            self.early += self._lost_channel(node, ws, exc)
+            return
+        node.sock_ws = ws
+
+    def _connect(self, node: _Node, channel: tuple | None) -> None:
+        """Open the node's step channel (if its actor has one); else it steps through Ray."""
+        if channel is None or node.copies is None:
+            return
+        ip, port, token = channel
+        try:
+            sock = socket.create_connection((ip, port), timeout=10.0)
+            sock.sendall(token)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:
+            log.warning("node actor %d: no step channel to %s:%s (%s); steps go through Ray",
+                        node.index, ip, port, exc)
+            return
+        sock.settimeout(None)
+        node.sock = sock
+        node.rbuf = np.empty(sum(nbytes for _, _, nbytes, _, _ in node.copies), np.uint8)
+
+    def _lost_channel(self, node: _Node, ws: list[int], exc: BaseException) -> list[Reply]:
+        """Its step channel broke: the actor is gone (or going); its workers died."""
+        if node.sock is not None:
+            node.sock.close()
+        node.sock, node.sock_ws = None, None
+        node.lost = True
+        detail = (f" (its node actor was lost; step channel: {type(exc).__name__}: {exc}); "
+                  "its envs were lost")
+        return [Reply(i, "died", detail=detail) for i in ws]
+
+    def _receive_step(self, node: _Node) -> list[Reply]:
+        """A node's step reply from its channel (it is readable)."""
+        ws, sock = node.sock_ws, node.sock
+        try:
+            # The reply follows its first byte at once; an actor stopped in the middle of
+            # one counts as lost after the timeout (never a wait for ever).
+            sock.settimeout(self.pool_options["timeout"])
+            head = _recv_bytes(sock, REPLY_HEAD.size)
+            nblock, nnotes = REPLY_HEAD.unpack(head)
+            if nblock != len(node.rbuf):
+                raise ConnectionError(f"a block of {nblock} bytes; expected {len(node.rbuf)}")
+            _recv_into(sock, memoryview(node.rbuf))
+            notes = pickle.loads(_recv_bytes(sock, nnotes)) if nnotes else None
+            sock.settimeout(None)
+        except (OSError, ConnectionError, pickle.UnpicklingError) as exc:
+            return self._lost_channel(node, ws, exc)
+        node.sock_ws = None
+        return self._node_replies(node, "step", ws, (node.rbuf, notes))
+
     def poll(self, deadline: float, want: int) -> list[Reply]:
         if self.early:
             out, self.early = self.early, []
@@ -392,18 +567,29 @@ class RayNodeTransport(RayTransport):
         with sigint_deferred():  # launches gathered by start() go out here
             self._flush()
         owner = {ref: node for node in self.nodes for ref in node.inflight}
-        if not owner:
+        socks = {node.sock: node for node in self.nodes if node.sock_ws}
+        if not owner and not socks:
             return []
+        remaining = max(0.0, deadline - time.monotonic())
+        out: list[Reply] = []
+        if socks:
+            # Ray's calls in flight too (rare: a node without a channel, a repair): look
+            # at the channels briefly, then at Ray.
+            ready_socks, _, _ = select.select(list(socks), [], [],
+                                              min(remaining, 0.002) if owner else remaining)
+            for sock in ready_socks:
+                out += self._receive_step(socks[sock])
+            if not owner:
+                return out
         busy = sum(len(ws) for node in self.nodes for _, ws, _ in node.inflight.values())
         ray = self.ray
         ready, _ = ray.wait(list(owner), num_returns=len(owner) if want >= busy else 1,
-                            timeout=max(0.0, deadline - time.monotonic()))
+                            timeout=0.0 if socks else remaining)
         calls = [(owner[ref], *owner[ref].inflight.pop(ref)) for ref in ready]
         try:  # one get for every answer (a call's return values come together)
             values = ray.get([r for *_, refs in calls for r in refs])
         except self.errors:
             values = None
-        out: list[Reply] = []
         at = 0
         for node, kind, ws, refs in calls:
             try:
@@ -427,13 +613,15 @@ class RayNodeTransport(RayTransport):
         out = []
         if kind == "boot":
             info, offsets, results = value
-            node.pid, node.ip, node.node_id = info
+            node.pid, node.ip, node.node_id, channel = info
             if offsets is not None:
                 offsets, chunks = offsets
                 if node.copies is None:
                     node.copies = self._node_plan(node, offsets)
                 node.run = (node.handle.run if chunks == 1
                             else node.handle.run.options(num_returns=chunks + 1))
+                if node.sock is None and self.channels:
+                    self._connect(node, channel)
             for j, (k, pid, detail) in results.items():
                 i = node.workers[j]
                 if self.workers[i].handle is not None:
@@ -482,7 +670,8 @@ class RayNodeTransport(RayTransport):
         if slot is None:
             return
         node = self.nodes[slot.node]
-        waiting = any(w.index in ws for _, ws, _ in node.inflight.values())
+        waiting = (any(w.index in ws for _, ws, _ in node.inflight.values())
+                   or w.index in (node.sock_ws or ()))
         if node.handle is not None and slot.generation == node.generation and (
             node.lost or waiting
         ):
@@ -495,12 +684,23 @@ class RayNodeTransport(RayTransport):
         except Exception:
             pass
         self.handles[:] = [h for h in self.handles if h is not node.handle]
-        for _, ws, _ in node.inflight.values():  # calls that will never answer
+        lost = [ws for _, ws, _ in node.inflight.values()] + [node.sock_ws or []]
+        for ws in lost:  # calls that will never answer
             self.early += [Reply(i, "died", detail=" (its node actor was killed)")
                            for i in ws if self.workers[i].command]
+        if node.sock is not None:
+            node.sock.close()
+        node.sock, node.sock_ws = None, None
         node.handle = None
         node.inflight.clear()
         node.command, node.pending, node.launches = None, {}, {}
+
+    def close(self) -> None:
+        for node in self.nodes:
+            if node.sock is not None:
+                node.sock.close()
+                node.sock = None
+        super().close()
 
     def describe(self, w: Worker) -> str:
         node = self.nodes[self.node_of[w.index]]
@@ -580,7 +780,7 @@ class RayNodeVecEnv(RayVecEnv):
                             timeout=self.timeout, close_timeout=opts["close_timeout"])
         return RayNodeTransport(self.sim_spec, self._workers, self._same_step, self.nodes,
                                 pool_options, opts["actor_options"], opts["close_timeout"],
-                                self.chunk_bytes)
+                                self.chunk_bytes, opts["step_channel"] is not False)
 
     def node_workers(self) -> list[list[int]]:
         """The workers of each node actor, by node."""

@@ -413,7 +413,7 @@ class ShmTransport(Transport):
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return []  # the lifecycle counts who is missing as hung
+                return self._answers()  # the lifecycle counts who is missing as hung
             for fd, _ in self.poller.poll(min(remaining, NET) * 1000.0 + 1.0):
                 if fd == results_fd:
                     os.read(fd, 2048)  # wake-ups: the answers are in the control block
@@ -439,11 +439,9 @@ class ShmTransport(Transport):
         return None
 
     def poll(self, deadline: float, want: int) -> list[Reply]:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return self._answers()
+        remaining = max(0.0, deadline - time.monotonic())
         woken = b""
-        for fd, _ in self.poller.poll(min(remaining, NET) * 1000.0 + 1.0):
+        for fd, _ in self.poller.poll(min(remaining, NET) * 1000.0):
             if fd == self.results_fd:
                 woken = os.read(fd, 2048)  # wake-ups: the answers are in the control block
                 continue

@@ -388,9 +388,7 @@ class SuperSuitTransport(Transport):
             waits[p.proc.sentinel] = w
         if out:
             return out
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return []
+        remaining = max(0.0, deadline - time.monotonic())
         done: set[int] = set()
         for ready in multiprocessing.connection.wait(list(waits), remaining):
             w = waits[ready]
