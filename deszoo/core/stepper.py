@@ -331,9 +331,9 @@ class Stepper:
 
     # ---- helpers ----------------------------------------------------------------------
     def _write_mask(self, i: int, mask: Any) -> None:
-        row = self.mask_buf[i]
-        row[:] = mask
-        if not np.count_nonzero(row):
+        masks = self.mask_buf
+        masks[i] = mask
+        if not np.count_nonzero(masks[i]):
             raise RuntimeError(
                 f"model bug: agent {self.possible_agents[i]!r} got an all-zero mask"
             )
