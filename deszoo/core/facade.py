@@ -151,7 +151,7 @@ class DictFacade:
 
     def _info_dict(self, names: list[str], rows: Any, masks: Any) -> dict[str, dict]:
         # The same keys with the same types on every step (TorchRL builds a spec from them).
-        now = self.now
+        now = float(self.sim.now)  # (a float even at time 0)
         pending = self._pending
         if not self._any_invalid:  # hot path: no invalid action this episode
             return {a: {"sim_time": now, "needs_action": i in pending, "action_mask": masks[i],
