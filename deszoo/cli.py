@@ -147,7 +147,7 @@ def _check_run(args: argparse.Namespace) -> None:
 
 
 def _check_check(args: argparse.Namespace):
-    from deszoo.check import load
+    from deszoo.checks import load
 
     try:
         return load(args.target)
@@ -156,7 +156,7 @@ def _check_check(args: argparse.Namespace):
 
 
 def _run_check(args: argparse.Namespace, env_fn) -> int:
-    from deszoo.check import check, report
+    from deszoo.checks import check, report
 
     print(f"checking {args.target} (seed {args.seed}, {args.steps} steps)")
     sys.stdout.flush()
@@ -208,7 +208,7 @@ def _check_scores(args: argparse.Namespace):
         training = {"algorithm": "saved SB3 model", "timesteps": timesteps,
                     "wall_s": args.train_wall}
     else:
-        from deszoo.check import load
+        from deszoo.checks import load
 
         try:
             policy = load(args.policy)
