@@ -171,3 +171,79 @@ def test_setup_must_return_groups():
 
     with pytest.raises(ConfigError, match="Group"):
         Tuple()
+
+
+class Counter(Toy):
+    """Two agents decide at t=1; a job that arrives at t=1 after their decisions opens
+    action 2, which a mask computed when the step ends sees (``late=True``)."""
+
+    params = {**Toy.params, "late": Param(True, lambda v: None, "mask as a callable")}
+
+    def _build(self):
+        self.jobs = 0
+        super()._build()
+        self.sim.process(self._arrive())
+
+    def _arrive(self):
+        yield self.sim.timeout(1.0)
+        yield self.sim.timeout(0.0)  # after the agents' decide() at the same instant
+        self.jobs += 1
+
+    def _agent(self, i, times):
+        for t in times:
+            yield self.sim.timeout(t - self.sim.now)
+            mask = (lambda: [0, 1, int(self.jobs > 0)]) if self.p.late else [0, 1, 0]
+            action = yield self.decide(i, mask)
+            self._apply(i, action)
+
+
+def test_a_callable_mask_is_computed_when_the_step_ends():
+    env = Counter()
+    _, infos = env.reset(seed=0)
+    assert infos["a0"]["action_mask"].tolist() == [0, 1, 1], "the job at t=1 opens action 2"
+    assert Counter(late=False).reset(seed=0)[1]["a0"]["action_mask"].tolist() == [0, 1, 0]
+    env.step({"a0": 2, "a1": 2})  # legal under the late mask: not replaced
+    assert not env.invalid_buf.any() and env.decisions[:2] == [(1.0, 0, 2), (1.0, 1, 2)]
+
+
+def test_a_callable_mask_with_no_legal_action_is_a_model_bug():
+    class Empty(Counter):
+        def _agent(self, i, times):
+            yield self.sim.timeout(times[0])
+            yield self.decide(i, lambda: [0, 0, 0])
+
+    with pytest.raises(RuntimeError, match="all-zero mask"):
+        Empty().reset(seed=0)
+
+
+class _CountingRows(np.ndarray):
+    """An int8 mask buffer that records which rows each write touches."""
+
+    log: list = []
+
+    def __setitem__(self, key, value):
+        rows = np.arange(self.shape[0])[key if isinstance(key, tuple) is False else key[0]]
+        _CountingRows.log.extend(np.atleast_1d(rows).tolist() if self.ndim == 2 else [-1])
+        super().__setitem__(key, value)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"leave_at": (1, 1.0)}, {"periodic": 1.0}])
+def test_each_mask_row_is_written_at_most_once_per_step(kwargs):
+    env = Toy(schedule=((1.0, 2.0, 3.0), (1.0, 3.0, 4.0)), max_time=6.0, **kwargs)
+    env.mask_buf = env.mask_buf.view(_CountingRows)  # (the bridge writes it in place)
+    _CountingRows.log = []
+    env.reset(seed=0)
+    steps = 0
+    while env.agents:
+        _CountingRows.log = []
+        env.step({a: 1 for a in env.agents})
+        steps += 1
+        rows = _CountingRows.log
+        assert -1 not in rows, "a mask row was written through a view, not counted"
+        assert len(rows) == len(set(rows)), (steps, rows)
+    assert steps >= 3
+
+
+def test_an_unhashable_preset_is_a_config_error():
+    with pytest.raises(ConfigError, match="unknown preset"):
+        Toy(preset=["default"])
