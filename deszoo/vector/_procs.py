@@ -22,8 +22,24 @@ import threading
 from typing import Any
 
 from deszoo.errors import ConfigError
+from deszoo.vector.options import option
 
-__all__ = ["context", "die_with_parent", "end", "exit_detail", "parent_token", "worker_begins"]
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "START_METHOD",
+    "context",
+    "die_with_parent",
+    "end",
+    "exit_detail",
+    "parent_token",
+    "worker_begins",
+]
+
+# The options of every backend that starts processes.
+START_METHOD = option("start_method", None, "str", "multiprocessing start method of the "
+                      "workers", none=True, note="'fork', 'spawn' or 'forkserver'")
+CLOSE_TIMEOUT = option("close_timeout", 5.0, "number", "seconds close() waits for the "
+                       "workers to exit before killing them", minimum=0)
 
 PR_SET_PDEATHSIG = 1
 

@@ -417,6 +417,12 @@ class DeszooVecEnv(VectorEnv):
         """A vector env of checked options ``opts`` (every declared one present)."""
         return cls(spec, seed, opts)
 
+    @classmethod
+    def workers_for(cls, spec: VecSpec, num_workers: int | None) -> int:
+        """``num_workers`` checked against the envs, or the usable cores, at most one per
+        env."""
+        return resolve_workers(cls.backend, spec.num_sims, num_workers, usable_cores())
+
     def __init__(self, spec: VecSpec, seed: int | None, opts: dict[str, Any]):
         self.sim_spec = spec
         self.layout = spec.layout

@@ -37,16 +37,9 @@ import numpy as np
 
 from deszoo.core.arrays import AGENT_ARRAYS
 from deszoo.errors import ConfigError
+from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, Call, EnvGroup, Layout
-from deszoo.vector.base import (
-    DeszooVecEnv,
-    Reply,
-    Transport,
-    VecSpec,
-    Worker,
-    resolve_workers,
-    usable_cores,
-)
+from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker
 from deszoo.vector.options import option
 
 __all__ = ["RayTransport", "RayVecEnv", "import_ray"]
@@ -395,12 +388,10 @@ class RayVecEnv(DeszooVecEnv):
                none=True),
         option("boot_timeout", None, "number", "seconds to wait for the actors to start "
                "(default: max(timeout, 60))", positive=True, none=True),
-        option("close_timeout", 5.0, "number", "seconds close() waits for the actors",
-               minimum=0),
+        _procs.CLOSE_TIMEOUT,
         option("nodes", None, "list", "per_node only: [(Ray node id, CPUs), ...] to use "
                "(default: every alive node with CPUs)", none=True),
-        option("start_method", None, "str", "per_node only: the pools' start method",
-               none=True, note="'fork', 'spawn' or 'forkserver'"),
+        _procs.START_METHOD,  # per_node only: the pools'
         option("spin_us", None, "number", "per_node only: how long an idle pool worker "
                "polls before it sleeps (default 0)", minimum=0, none=True),
         option("step_channel", None, "bool", "per_node only: steps go through a direct TCP "
@@ -419,9 +410,7 @@ class RayVecEnv(DeszooVecEnv):
             if opts[name] is not None:
                 raise ConfigError(f"make_vec(backend='ray'): {name}={opts[name]!r} is for "
                                   "per_node=True only")
-        workers = resolve_workers(cls.backend, spec.num_sims, opts["num_workers"],
-                                  usable_cores())
-        return cls(spec, seed, {**opts, "num_workers": workers})
+        return cls(spec, seed, {**opts, "num_workers": cls.workers_for(spec, opts["num_workers"])})
 
     def _transport(self, opts: dict[str, Any]) -> Transport:
         if opts["boot_timeout"] is not None:

@@ -48,15 +48,7 @@ import numpy as np
 
 from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, EnvGroup, Layout
-from deszoo.vector.base import (
-    DeszooVecEnv,
-    Reply,
-    Transport,
-    VecSpec,
-    Worker,
-    resolve_workers,
-    usable_cores,
-)
+from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker, usable_cores
 from deszoo.vector.options import option
 
 __all__ = ["ShmTransport", "ShmVecEnv", "SHM_OPTIONS"]
@@ -87,10 +79,8 @@ SPIN_US = 2000.0
 NET = 0.05
 
 SHM_OPTIONS = (
-    option("start_method", None, "str", "multiprocessing start method of the workers",
-           none=True, note="'fork', 'spawn' or 'forkserver'"),
-    option("close_timeout", 5.0, "number", "seconds close() waits for workers to exit",
-           minimum=0),
+    _procs.START_METHOD,
+    _procs.CLOSE_TIMEOUT,
     option("spin_us", None, "number", "microseconds an idle worker polls for its next "
            "command before it sleeps (default: 2000 when each worker has a core, else 0)",
            minimum=0, none=True),
@@ -541,9 +531,7 @@ class ShmVecEnv(DeszooVecEnv):
 
     @classmethod
     def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
-        workers = resolve_workers(cls.backend, spec.num_sims, opts["num_workers"],
-                                  usable_cores())
-        return cls(spec, seed, {**opts, "num_workers": workers})
+        return cls(spec, seed, {**opts, "num_workers": cls.workers_for(spec, opts["num_workers"])})
 
     def _transport(self, opts: dict[str, Any]) -> Transport:
         spin = opts["spin_us"]

@@ -45,15 +45,7 @@ import numpy as np
 
 from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, Call, EnvFailure, EnvGroup, Layout
-from deszoo.vector.base import (
-    DeszooVecEnv,
-    Reply,
-    Transport,
-    VecSpec,
-    Worker,
-    resolve_workers,
-    usable_cores,
-)
+from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker
 from deszoo.vector.options import option
 
 __all__ = ["AgentVecEnv", "SuperSuitTransport", "SuperSuitVecEnv"]
@@ -539,17 +531,15 @@ class SuperSuitVecEnv(DeszooVecEnv):
         option("num_workers", None, "int", "SuperSuit's num_cpus: 0 or 1 runs in the calling "
                "process (default: the usable cores, at most one per env)", minimum=0,
                none=True),
-        option("start_method", None, "str", "multiprocessing start method of the workers",
-               none=True, note="'fork', 'spawn' or 'forkserver'"),
-        option("close_timeout", 5.0, "number", "seconds close() waits for workers to exit",
-               minimum=0),
+        _procs.START_METHOD,
+        _procs.CLOSE_TIMEOUT,
     )
 
     @classmethod
     def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
         cpus = opts["num_workers"]
         if cpus != 0:
-            cpus = resolve_workers(cls.backend, spec.num_sims, cpus, usable_cores())
+            cpus = cls.workers_for(spec, cpus)
         return cls(spec, seed, {**opts, "num_workers": max(1, cpus), "num_cpus": cpus})
 
     def _transport(self, opts: dict[str, Any]) -> Transport:
