@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import time
 import traceback
 import warnings
@@ -170,6 +171,32 @@ class _Actor:
     copies: list = field(default_factory=list)
 
 
+# Longest wait for Ray to kill actors: ray.kill was seen to block for ever (a vector env
+# whose boot failed late in a long test session), and a close must never hang.
+KILL_WAIT = 10.0
+
+
+def kill_actors(ray: Any, handles: list) -> None:
+    """``ray.kill`` each actor of ``handles`` (no restart), waiting at most
+    :data:`KILL_WAIT` seconds: a kill still blocked then is left to a daemon thread."""
+    if not handles:
+        return
+
+    def kill() -> None:
+        for h in handles:
+            try:
+                ray.kill(h, no_restart=True)
+            except Exception:  # already gone, or Ray is shutting down
+                pass
+
+    thread = threading.Thread(target=kill, daemon=True, name="deszoo-ray-kill")
+    thread.start()
+    thread.join(KILL_WAIT)
+    if thread.is_alive():
+        log.warning("ray.kill of %d actor(s) did not return within %g s; left running in "
+                    "the background", len(handles), KILL_WAIT)
+
+
 def _shutdown(handles: list, close_timeout: list[float]) -> None:
     """Ask every actor to close its envs, wait ``close_timeout[0]`` s, then kill them all.
 
@@ -192,11 +219,7 @@ def _shutdown(handles: list, close_timeout: list[float]) -> None:
                 pass
         if refs and close_timeout[0] > 0:
             ray.wait(refs, num_returns=len(refs), timeout=close_timeout[0])
-        for h in live:
-            try:
-                ray.kill(h, no_restart=True)
-            except Exception:
-                pass
+        kill_actors(ray, live)
     except Exception:  # never raise from a finalizer (e.g. at interpreter exit)
         log.debug("ray vector env shutdown", exc_info=True)
 
@@ -322,10 +345,7 @@ class RayTransport(Transport):
         a: _Actor | None = w.handle
         if a is None:
             return
-        try:
-            self.ray.kill(a.handle, no_restart=True)
-        except Exception:
-            pass
+        kill_actors(self.ray, [a.handle])
         self.handles[:] = [h for h in self.handles if h is not a.handle]
         w.handle = None
 

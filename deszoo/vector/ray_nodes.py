@@ -10,9 +10,16 @@ Design (the lifecycle is the base class's; this module is the transport):
   envs (``num_workers`` = its workers) and drives it through the base lifecycle
   (``_start``, ``_collect``, ``_exchange``): the pool is used as it is, only its boot is
   deferred so that each worker can be started, or replaced, on its own.
-* A command is **one remote call per node**: a step sends the node's actions (one array)
-  and gets back one uint8 array packing its results (observations, masks, rewards, flags,
-  clocks, event counts), with one reply per worker only when something is to report.
+* A step of a whole node goes through its **step channel**, a TCP connection from the
+  driver to the node actor, opened once (the actor listens on its node's address and takes
+  one connection, proven by a token it gave the driver through Ray): the node's actions
+  (one array) go down, one block packing its results (observations, masks, rewards, flags,
+  clocks, event counts) comes back, with notes per worker only when something is to
+  report. A thread of the actor serves it; no Ray code runs in such a step, on either side,
+  and the driver reads each node's reply as it comes while the others still step. Every
+  other command (boots, resets, calls, rebuilds, a step of part of a node) is **one remote
+  call per node**, as are steps with ``step_channel=False``. The two never overlap on a
+  node: the lifecycle waits for each command's reply.
 * Faults map one to one: an env exception, or a ``shm`` worker that dies or hangs, comes
   back as that worker's reply (the node actor sees it through the pool), so the base class
   raises or restarts exactly as with ``shm``. A node actor that dies (its node lost, or the
@@ -55,6 +62,7 @@ from deszoo.vector.ray_backend import (
     ensure_ray,
     ignore_sigint,
     import_ray,
+    kill_actors,
 )
 from deszoo.vector.shm import ShmTransport, ShmVecEnv
 
@@ -679,10 +687,7 @@ class RayNodeTransport(RayTransport):
         w.handle = None
 
     def _kill_actor(self, node: _Node) -> None:
-        try:
-            self.ray.kill(node.handle, no_restart=True)
-        except Exception:
-            pass
+        kill_actors(self.ray, [node.handle])
         self.handles[:] = [h for h in self.handles if h is not node.handle]
         lost = [ws for _, ws, _ in node.inflight.values()] + [node.sock_ws or []]
         for ws in lost:  # calls that will never answer
