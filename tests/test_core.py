@@ -247,3 +247,53 @@ def test_each_mask_row_is_written_at_most_once_per_step(kwargs):
 def test_an_unhashable_preset_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown preset"):
         Toy(preset=["default"])
+
+
+def _mask_unaware_episode(env, steps=300, seed=0):
+    rng = np.random.default_rng(seed)
+    env.reset(seed=seed)
+    for _ in range(steps):
+        if not env.agents:
+            env.reset()
+        infos = env.step({a: int(rng.integers(3)) for a in env.agents})[4]
+    return infos
+
+
+def test_a_policy_that_ignores_masks_gets_one_warning(monkeypatch, recwarn):
+    import warnings
+
+    from deszoo.core import stepper
+    from deszoo.errors import MasksIgnoredWarning
+
+    monkeypatch.setattr(stepper, "_WARNED", set())
+    warnings.simplefilter("always")
+    _mask_unaware_episode(Toy(periodic=1.0, max_time=1000.0))
+    _mask_unaware_episode(Toy(periodic=1.0, max_time=1000.0))  # the same scenario: quiet
+    found = [w for w in recwarn if w.category is MasksIgnoredWarning]
+    assert len(found) == 1, [str(w.message) for w in recwarn]
+    message = str(found[0].message)
+    import re
+
+    replaced, decisions, share = map(int, re.search(
+        r"^toy_v0: (\d+) of the (\d+) actions .* \((\d+)%\)", message).groups())
+    assert decisions >= 100 and share == round(100 * replaced / decisions)
+    assert 20 <= share <= 45, "action 0 of three is masked out: about a third"
+    assert "DESZOO_WARN_MASKS=0" in message and "compatibility.md#masks" in message
+    assert found[0].filename == __file__, "the warning points at the caller's step()"
+
+
+def test_no_mask_warning_for_legal_play_or_when_silenced(monkeypatch, recwarn):
+    import warnings
+
+    from deszoo.core import stepper
+    from deszoo.errors import MasksIgnoredWarning
+
+    monkeypatch.setattr(stepper, "_WARNED", set())
+    warnings.simplefilter("always")
+    env = Toy(periodic=1.0, max_time=300.0)
+    env.reset(seed=0)
+    while env.agents:
+        env.step({a: 1 for a in env.agents})  # always legal
+    monkeypatch.setenv("DESZOO_WARN_MASKS", "0")
+    _mask_unaware_episode(Toy(periodic=1.0, max_time=1000.0))
+    assert not [w for w in recwarn if w.category is MasksIgnoredWarning]

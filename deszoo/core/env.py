@@ -174,6 +174,7 @@ class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
         self._roster_changed = False  # an agent left or the episode started: rebuild agents
         self._flags_set = False  # term, trunc or invalid flags set since the step began
         self._any_invalid = False  # an invalid action was replaced this episode
+        self._decisions = self._replaced = 0  # since the env was built (the mask warning)
         self._over = True
         self._closed = False
         self.num_steps = 0
