@@ -297,3 +297,41 @@ def test_no_mask_warning_for_legal_play_or_when_silenced(monkeypatch, recwarn):
     monkeypatch.setenv("DESZOO_WARN_MASKS", "0")
     _mask_unaware_episode(Toy(periodic=1.0, max_time=1000.0))
     assert not [w for w in recwarn if w.category is MasksIgnoredWarning]
+
+
+def test_the_default_state_is_every_observation_row():
+    from deszoo.errors import ResetNeededError
+
+    env = Toy()
+    with pytest.raises(ResetNeededError, match="state"):
+        env.state()
+    env.reset(seed=0)
+    env.step({"a0": 1, "a1": 1})
+    state = env.state()
+    assert state.dtype == np.float32 and env.state_space.contains(state)
+    np.testing.assert_array_equal(state, env.obs_buf.reshape(-1))
+    state[:] = -1.0  # a fresh array: the env is untouched
+    assert (env.obs_buf >= 0).all()
+
+
+def test_a_model_declares_its_own_state():
+    from gymnasium import spaces
+
+    class Clocked(Toy):
+        def _state_setup(self):
+            return spaces.Box(0.0, 100.0, (2,), dtype=np.float32)
+
+        def _state_all(self, out):
+            out[:] = (self.now, len(self.decisions))
+
+    env = Clocked()
+    env.reset(seed=0)
+    env.step({"a0": 1, "a1": 2})
+    assert env.state().tolist() == [2.0, 2.0]
+
+    class Wrong(Toy):
+        def _state_setup(self):
+            return spaces.Discrete(3)
+
+    with pytest.raises(ConfigError, match="flat float32 Box"):
+        Wrong()
