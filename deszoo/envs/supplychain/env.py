@@ -64,6 +64,7 @@ Version History:
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 
 import numpy as np
 from gymnasium import spaces
@@ -165,7 +166,9 @@ class SupplyChainEnv(SimPyParallelEnv):
             self._qty = np.rint(self._unit[:, None] * np.arange(levels)[None, :]).astype(np.int64)
             self._orders = self._qty.tolist()
             self._limit = ((lead + 1 + p.position_cap) * mean).tolist()
-            self._mask = np.zeros(levels, dtype=np.int8)
+            # Order sizes grow with the action, so the legal actions are a prefix:
+            # _prefix[m - 1] allows the first m of them.
+            self._prefix = np.tril(np.ones((levels, levels), dtype=np.int8))
             self.every(1.0, m.place_order, mask=self._mask_fn, values=self._orders.__getitem__)
         static = np.zeros((n, N_OBS), dtype=np.float64)
         static[:, 8] = lead / (1 + lead)
@@ -176,10 +179,8 @@ class SupplyChainEnv(SimPyParallelEnv):
     # ---- periodic decisions ---------------------------------------------------------
     def _mask_fn(self, i: int) -> np.ndarray:
         room = self._limit[i] - self.model.inventory_position(i)
-        mask = self._mask
-        mask[:] = self._qty[i] <= room
-        mask[NOOP] = 1
-        return mask
+        allowed = bisect_right(self._orders[i], room)  # orders of at most room items
+        return self._prefix[max(allowed, 1) - 1]  # the no-op is always allowed
 
     def _flush(self, until: float) -> None:
         m, p = self.model, self.p
