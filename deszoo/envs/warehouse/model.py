@@ -28,7 +28,7 @@ returns to the front and drops the batch at the station with the least expected 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ import simpy
 __all__ = ["WarehouseModel", "Order", "Cell", "FRONT", "BACK"]
 
 FRONT, BACK = 0, 1
+TRAVEL_MEMO = 4096
 
 
 @dataclass
@@ -142,6 +143,9 @@ class WarehouseModel:
         # via[end][x][a]: aisle to pass through from cross-aisle ``end`` at ``x`` to reach
         # the entry of aisle ``a`` (-1: ``a`` is entered from ``end``).
         self.via = [[[self._via(end, x, a) for a in range(A)] for x in range(A)] for end in (0, 1)]
+        self.home = [self._home(x) for x in range(A)]  # aisle back to the front from x
+        # aisles from x to the nearest station
+        self.to_station = [min(abs(x - sx) for sx in self.station_x) for x in range(A)]
         self.aisle_load = [0] * A  # robots in an aisle or waiting at its entry
         self.station_load = [0] * n_stations  # robots dropping or waiting at a station
         # Robot state, read by observers.
@@ -158,6 +162,7 @@ class WarehouseModel:
         self.mean_tour = mean_tour
         self.rate = float(p.utilization) * n_robots / mean_tour
         self.open: list[Order] = []
+        self._travel: dict[tuple[frozenset[int], int], float] = {}  # see travel_time
         self.released = 0
         self.delivered = 0
         self._order_event: simpy.Event | None = None
@@ -174,15 +179,16 @@ class WarehouseModel:
         return min(range(1, self.n_aisles, 2), key=lambda b: (abs(x - b), b))
 
     def plan(
-        self, picks: dict[int, dict[int, int]], x0: int, ascending: bool
+        self, aisles: Iterable[int], x0: int, ascending: bool
     ) -> tuple[list[tuple[int, bool]], float]:
         """Aisles to traverse from the front at ``x0``, each with a pick flag, and travel time.
 
-        Aisles with lines are visited in a sweep; when the next one is entered from the
-        other cross-aisle the robot passes through the best aisle of the opposite direction
-        (picking there too if it holds lines) and finally returns to the front.
+        The ``aisles`` with lines (a pick list's keys will do) are visited in a sweep; when
+        the next one is entered from the other cross-aisle the robot passes through the best
+        aisle of the opposite direction (picking there too if it holds lines) and finally
+        returns to the front.
         """
-        remaining = sorted(picks, reverse=not ascending)
+        remaining = sorted(aisles, reverse=not ascending)
         end, x, t, route = FRONT, x0, 0.0, []
         traverse = self.length * self.cell_time
         pitch, via = self.pitch_time, self.via
@@ -197,18 +203,18 @@ class WarehouseModel:
             route.append((b, pick))
             end, x = 1 - end, b
         if end == BACK:
-            b = self._home(x)
+            b = self.home[x]
             t += abs(x - b) * pitch + traverse
             route.append((b, False))
             x = b
-        t += min(abs(x - sx) for sx in self.station_x) * pitch
+        t += self.to_station[x] * pitch
         return route, t
 
     def best_plan(
-        self, picks: dict[int, dict[int, int]], x0: int
+        self, aisles: Iterable[int], x0: int
     ) -> tuple[list[tuple[int, bool]], float]:
         """The shorter of the two sweeps from ``x0``."""
-        up, down = self.plan(picks, x0, True), self.plan(picks, x0, False)
+        up, down = self.plan(aisles, x0, True), self.plan(aisles, x0, False)
         return up if up[1] <= down[1] else down
 
     def tour_time(self, orders: list[Order], x0: int) -> float:
@@ -216,8 +222,22 @@ class WarehouseModel:
         if not orders:
             return 0.0
         lines = sum(o.lines for o in orders)
-        travel = self.best_plan(merge(orders), x0)[1]
+        travel = self.travel_time(frozenset().union(*(o.aisles for o in orders)), x0)
         return travel + lines * self.pick_time + len(orders) * self.drop_time
+
+    def travel_time(self, aisles: frozenset[int], x0: int) -> float:
+        """Travel time of the shorter sweep through ``aisles`` from ``x0``.
+
+        Remembered (up to ``TRAVEL_MEMO`` tours at a time): robots price the same aisles
+        from the same station again and again.
+        """
+        key = (aisles, x0)
+        t = self._travel.get(key)
+        if t is None:
+            if len(self._travel) >= TRAVEL_MEMO:
+                self._travel.clear()
+            t = self._travel[key] = self.best_plan(aisles, x0)[1]
+        return t
 
     def estimate(self, order: Order, x0: float) -> float:
         """Expected time of a tour for ``order`` alone from ``x0`` (approximate, cheap)."""
