@@ -156,7 +156,11 @@ class WarehouseModel:
         self.batch: list[list[Order]] = [[] for _ in range(n_robots)]
         # Orders.
         weights = (np.arange(A) + 1.0) ** -float(p.skew)
-        self._aisle_p = weights / weights.sum()
+        p_aisle = weights / weights.sum()
+        # Aisles are drawn by inverse CDF, the CDF computed once (rng.choice(p=...) draws
+        # the same way, but checks p and builds the CDF again on every call).
+        self._aisle_cdf = p_aisle.cumsum()
+        self._aisle_cdf /= self._aisle_cdf[-1]
         self.orders = [self._new_order(k) for k in range(n_orders)]
         mean_tour = float(np.mean([self.estimate(o, self.station_x[0]) for o in self.orders]))
         self.mean_tour = mean_tour
@@ -249,7 +253,7 @@ class WarehouseModel:
     def _new_order(self, k: int) -> Order:
         rng, L = self.rng, self.length
         n = int(rng.integers(1, self.max_lines + 1))
-        aisles = rng.choice(self.n_aisles, size=n, p=self._aisle_p)
+        aisles = self._aisle_cdf.searchsorted(rng.random(n), side="right")
         cells = rng.integers(0, L, size=n)
         picks: dict[int, dict[int, int]] = {}
         for a, y in zip(aisles.tolist(), cells.tolist(), strict=True):
