@@ -77,6 +77,14 @@ class Cell:
         self._grant()
         return event
 
+    def take_now(self) -> bool:
+        """Take the cell without an event if it is free and nothing else is due at this
+        instant (a request's event would be the next one processed); else return False."""
+        if self.taken or self.waiting or self.sim.peek() <= self.sim.now:
+            return False
+        self.taken = True
+        return True
+
     def release(self) -> None:
         self.taken = False
         if self.waiting:  # the next robot in line gets it when the release is processed
@@ -357,7 +365,8 @@ class WarehouseModel:
         cells, path = self.cells[a], self.path[a]
         cell_time = self.cell_time
         self.aisle_load[a] += 1
-        yield cells[path[0]].request()
+        if not cells[path[0]].take_now():
+            yield cells[path[0]].request()
         last = len(path) - 1
         for k, y in enumerate(path):
             self.y[r] = float(y)
@@ -365,7 +374,7 @@ class WarehouseModel:
                 items = picks[y]
                 yield sim.timeout(items * self.pick_time * float(rng.uniform(0.5, 1.5)))
                 self.lines_left[r] -= items
-            if k < last:
+            if k < last and not cells[path[k + 1]].take_now():
                 yield cells[path[k + 1]].request()  # hold this cell until the next is free
             yield sim.timeout(cell_time)  # move on (from the last cell: onto the cross-aisle)
             cells[y].release()
