@@ -242,12 +242,8 @@ class WarehouseEnv(SimPyParallelEnv):
             for r in deciding.tolist():
                 batch = model.batch[r]
                 if batch:
-                    x0 = int(model.x[r])
-                    base = model.tour_time(batch, x0)
-                    table[r, :m, 4] = [
-                        min(1.0, max(0.0, (model.tour_time(batch + [o], x0) - base) / ref))
-                        for o in snap
-                    ]
+                    extra = model.added_times(batch, int(model.x[r]), snap)
+                    table[r, :m, 4] = [min(1.0, max(0.0, e / ref)) for e in extra]
 
     def _render_text(self) -> str:
         model = self.model

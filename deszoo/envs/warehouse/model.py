@@ -233,9 +233,22 @@ class WarehouseModel:
         """Expected time to pick and drop ``orders`` in one tour from ``x0`` (no blocking)."""
         if not orders:
             return 0.0
-        lines = sum(o.lines for o in orders)
-        travel = self.travel_time(frozenset().union(*(o.aisles for o in orders)), x0)
-        return travel + lines * self.pick_time + len(orders) * self.drop_time
+        aisles = frozenset().union(*(o.aisles for o in orders))
+        return self._tour_time(aisles, sum(o.lines for o in orders), len(orders), x0)
+
+    def added_times(self, batch: list[Order], x0: int, orders: list[Order]) -> list[float]:
+        """For each of ``orders``: what adding it to ``batch`` adds to ``tour_time``."""
+        aisles = frozenset().union(*(o.aisles for o in batch))
+        lines, count = sum(o.lines for o in batch), len(batch)
+        base = self._tour_time(aisles, lines, count, x0)
+        return [
+            self._tour_time(aisles.union(o.aisles), lines + o.lines, count + 1, x0) - base
+            for o in orders
+        ]
+
+    def _tour_time(self, aisles: frozenset[int], lines: int, count: int, x0: int) -> float:
+        travel = self.travel_time(aisles, x0)
+        return travel + lines * self.pick_time + count * self.drop_time
 
     def travel_time(self, aisles: frozenset[int], x0: int) -> float:
         """Travel time of the shorter sweep through ``aisles`` from ``x0``.
