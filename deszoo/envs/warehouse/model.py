@@ -5,10 +5,10 @@ Layout. ``n_aisles`` narrow aisles side by side (aisle ``a`` at ``x = a``), each
 cross-aisle (``y = aisle_length``). Aisles are one-way, alternating: even aisles are
 entered at the front and left at the back, odd aisles the other way round, so robots in an
 aisle never meet head-on. Every cell of a narrow aisle is a resource of capacity one
-(:class:`Cell`): a robot moves into the next cell only when it is free, and a robot picking
+(:class:`Spot`): a robot moves into the next cell only when it is free, and a robot picking
 in a cell blocks the robots behind it (picker blocking). The cross-aisles are wide (no
 blocking); moving one aisle sideways takes ``pitch_time``. ``n_stations`` drop-off stations
-on the front cross-aisle are SimPy ``Resource``s of capacity one.
+on the front cross-aisle are ``Spot``s too.
 
 Orders. ``n_orders`` orders are generated at the start; ``initial_orders`` of them are open
 at ``t = 0`` and the rest arrive as a Poisson stream. An order has 1..``max_lines`` lines,
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-__all__ = ["WarehouseModel", "Order", "Cell", "FRONT", "BACK"]
+__all__ = ["WarehouseModel", "Order", "Spot", "FRONT", "BACK"]
 
 FRONT, BACK = 0, 1
 TRAVEL_MEMO = 4096
@@ -55,11 +55,11 @@ class Order:
     aisles: list[int] = field(default_factory=list)
 
 
-class Cell:
-    """An aisle cell: a resource of capacity one, granted first come, first served.
+class Spot:
+    """A place for one robot at a time (an aisle cell, a station), first come, first served.
 
     It behaves as ``simpy.Resource(sim, 1)`` does, event for event (a waiting robot gets the
-    cell when the release is processed), at a fraction of the cost: a request and a release
+    spot when the release is processed), at a fraction of the cost: a request and a release
     per robot and cell are the bulk of the warehouse's work.
     """
 
@@ -71,14 +71,14 @@ class Cell:
         self.waiting: deque[simpy.Event] = deque()
 
     def request(self) -> simpy.Event:
-        """An event that succeeds once the cell is the caller's."""
+        """An event that succeeds once the spot is the caller's."""
         event = self.sim.event()
         self.waiting.append(event)
         self._grant()
         return event
 
     def take_now(self) -> bool:
-        """Take the cell without an event if it is free and nothing else is due at this
+        """Take the spot without an event if it is free and nothing else is due at this
         instant (a request's event would be the next one processed); else return False."""
         if self.taken or self.waiting or self.sim.peek() <= self.sim.now:
             return False
@@ -144,9 +144,9 @@ class WarehouseModel:
         self.capacity = p.capacity
         self.choose, self.on_count, self.on_all_done = choose, on_count, on_all_done
         A, L = n_aisles, aisle_length
-        self.cells = [[Cell(sim) for _ in range(L)] for _ in range(A)]
+        self.cells = [[Spot(sim) for _ in range(L)] for _ in range(A)]
         self.path = [list(range(L)) if a % 2 == 0 else list(range(L - 1, -1, -1)) for a in range(A)]
-        self.stations = [simpy.Resource(sim, 1) for _ in range(n_stations)]
+        self.stations = [Spot(sim) for _ in range(n_stations)]
         self.station_x = [min(A - 1, int((s + 0.5) * A / n_stations)) for s in range(n_stations)]
         # via[end][x][a]: aisle to pass through from cross-aisle ``end`` at ``x`` to reach
         # the entry of aisle ``a`` (-1: ``a`` is entered from ``end``).
@@ -361,12 +361,14 @@ class WarehouseModel:
             yield sim.timeout(abs(sx - x) * self.pitch_time)
             self.x[r] = float(sx)
         self.station_load[station] += 1
-        with self.stations[station].request() as req:
-            yield req
-            for _ in batch:
-                yield sim.timeout(self.drop_time * float(rng.uniform(0.8, 1.2)))
-                self.delivered += 1
-                self.on_count(-1)
+        spot = self.stations[station]
+        if not spot.take_now():
+            yield spot.request()
+        for _ in batch:
+            yield sim.timeout(self.drop_time * float(rng.uniform(0.8, 1.2)))
+            self.delivered += 1
+            self.on_count(-1)
+        spot.release()
         self.station_load[station] -= 1
         self.busy[r] = False
         if self.delivered == self.n_orders:
