@@ -145,6 +145,27 @@ def presets_table() -> str:
     return "\n".join(lines)
 
 
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+
+
+def image_file(text: str) -> Path:
+    """An argparse type: a picture's file name (``--plot FILE``), not a scenario name that
+    argparse took for FILE (``deszoo run --plot jobshop_v0``)."""
+    from deszoo.registry import list_envs
+
+    if text in list_envs() or ":" in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is the env, not a FILE: put it before --plot (deszoo run {text} --plot) "
+            "or give --plot a file name (--plot episode.png)"
+        )
+    path = Path(text)
+    if path.suffix.lower() not in IMAGE_SUFFIXES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no picture suffix; use one of {', '.join(IMAGE_SUFFIXES)}"
+        )
+    return path
+
+
 def check_output_path(path: Path, option: str) -> None:
     """Raise :class:`ConfigError` unless ``path`` can be written: its folder exists, and it
     is not a folder itself."""

@@ -40,49 +40,29 @@ scenarios and their presets (--preset, default: default):
 """
 
 
-def run_episode(name: str, seed: int = 0, preset: str = "default", policy: str = "heuristic"):
-    """Play one episode; return a dict of summary figures."""
+def run_episode(name: str, seed: int = 0, preset: str | None = None,
+                policy: str = "heuristic") -> dict:
+    """Play one episode of ``name`` (a registered scenario or ``MODULE:ATTR``); return a
+    dict of summary figures."""
     import time
 
-    import numpy as np
+    from deszoo.episodes import play, target
 
-    from deszoo.registry import env_module
-
-    module = env_module(name)
-    env = module.parallel_env(preset=preset)
-    rng = np.random.default_rng(seed)
-    obs, infos = env.reset(seed=seed)
-    returns = dict.fromkeys(env.possible_agents, 0.0)
-    decisions = 0
+    what = target(name, preset)
     start = time.perf_counter()
-    while env.agents:
-        actions = {}
-        for a in env.agents:
-            mask = infos[a]["action_mask"]
-            decisions += bool(infos[a]["needs_action"])
-            if policy == "heuristic":
-                actions[a] = module.heuristic(obs[a], mask)
-            else:
-                actions[a] = int(rng.choice(np.flatnonzero(mask)))
-        obs, rewards, terms, truncs, infos = env.step(actions)
-        for a, r in rewards.items():
-            returns[a] += r
+    env, figures = play(what, seed, policy)
     wall = time.perf_counter() - start
+    env.close()
+    steps = figures["steps"]
     return {
         "scenario": name,
         "preset": preset,
         "seed": seed,
         "policy": policy,
-        "steps": env.num_steps,
-        "decisions": decisions,
-        "sim_time": env.now,
-        "sim_events": env.num_events,
-        "events_per_step": env.num_events / max(env.num_steps, 1),
-        "ended_by": "truncation" if any(truncs.values()) else "termination",
-        "return_total": sum(returns.values()),
-        "returns": returns,
+        **figures,
+        "events_per_step": (figures["sim_events"] or 0) / max(steps, 1),
         "wall_s": wall,
-        "steps_per_s": env.num_steps / wall if wall > 0 else float("inf"),
+        "steps_per_s": steps / wall if wall > 0 else float("inf"),
     }
 
 
@@ -96,20 +76,24 @@ def _print_rows(rows: list[tuple[str, object]]) -> None:
         print(f"{key:<{_WIDTH}}  {value}")
 
 
-def _run(args: argparse.Namespace, plan: None = None) -> int:
+def _run(args: argparse.Namespace, plan: str) -> int:
     """``deszoo run``: the first lines before the episode (so that a long one shows that it
-    started), the figures after it."""
+    started), the figures after it. ``plan`` is the policy."""
+    preset = f"preset {args.preset}, " if args.preset is not None else ""
     _print_rows([
-        ("scenario", f"{args.name} (preset {args.preset}, seed {args.seed})"),
-        ("policy", args.policy),
+        ("scenario", f"{args.name} ({preset}seed {args.seed})"),
+        ("policy", plan),
     ])
     sys.stdout.flush()
-    s = run_episode(args.name, args.seed, args.preset, args.policy)
+    s = run_episode(args.name, args.seed, args.preset, plan)
+    sim_time = "n/a" if s["sim_time"] is None else f"{s['sim_time']:.2f}"
+    events = ("n/a" if s["sim_events"] is None
+              else f"{s['sim_events']} ({s['events_per_step']:.1f} per step)")
     _print_rows([
         ("env steps", s["steps"]),
         ("agent decisions", s["decisions"]),
-        ("simulated time", f"{s['sim_time']:.2f}"),
-        ("SimPy events", f"{s['sim_events']} ({s['events_per_step']:.1f} per step)"),
+        ("simulated time", sim_time),
+        ("SimPy events", events),
         ("episode ended by", s["ended_by"]),
         ("total return", f"{s['return_total']:.3f}"),
         ("wall time", f"{s['wall_s'] * 1e3:.1f} ms ({s['steps_per_s']:.0f} env-steps/s)"),
@@ -122,7 +106,7 @@ def _run(args: argparse.Namespace, plan: None = None) -> int:
         from deszoo.plots import plot_episode
 
         # The same seeded episode again, recorded step by step for the chart.
-        path = plot_episode(args.name, args.plot, args.preset, args.seed, args.policy)
+        path = plot_episode(args.name, args.plot, args.preset, args.seed, plan)
         print(f"\nchart of the episode: {path}")
     return 0
 
@@ -134,8 +118,18 @@ def _list(args: argparse.Namespace, plan: None = None) -> int:
     return 0
 
 
-def _check_run(args: argparse.Namespace) -> None:
-    cliargs.check_preset(args.name, args.preset)
+def _check_run(args: argparse.Namespace) -> str:
+    """Check ``deszoo run``'s arguments; return the policy (the heuristic when the env has
+    one, unless ``--policy`` says)."""
+    from deszoo.episodes import target
+
+    what = target(args.name, args.preset)  # ConfigError: neither a scenario nor MODULE:ATTR
+    if what.scenario is not None and args.preset is not None:
+        cliargs.check_preset(args.name, args.preset)
+    policy = args.policy or ("heuristic" if what.heuristic is not None else "random")
+    if policy == "heuristic" and what.heuristic is None:
+        raise ConfigError(f"argument --policy: {args.name} has no heuristic(obs, mask) in its "
+                          "module; use --policy random")
     if args.plot is not None:
         cliargs.check_output_path(args.plot, "--plot")
         try:
@@ -144,10 +138,11 @@ def _check_run(args: argparse.Namespace) -> None:
             raise ConfigError(
                 "argument --plot: drawing needs matplotlib: pip install 'deszoo[render]'"
             ) from None
+    return policy
 
 
 def _check_check(args: argparse.Namespace):
-    from deszoo.check import load
+    from deszoo.checks import load
 
     try:
         return load(args.target)
@@ -156,7 +151,7 @@ def _check_check(args: argparse.Namespace):
 
 
 def _run_check(args: argparse.Namespace, env_fn) -> int:
-    from deszoo.check import check, report
+    from deszoo.checks import check, report
 
     print(f"checking {args.target} (seed {args.seed}, {args.steps} steps)")
     sys.stdout.flush()
@@ -177,7 +172,8 @@ policies:
                    importable from the current folder
   PATH.zip         a model saved by Stable-Baselines3 (MaskablePPO from
                    sb3-contrib, or PPO), acting greedily; its training timesteps
-                   are read from the model
+                   are read from the model. Loading it runs code from the file
+                   (a pickle): load only files you made or trust
 
 seeds:
   One episode on each of the first N held-out seeds 10000, 10001, ... (default
@@ -208,7 +204,7 @@ def _check_scores(args: argparse.Namespace):
         training = {"algorithm": "saved SB3 model", "timesteps": timesteps,
                     "wall_s": args.train_wall}
     else:
-        from deszoo.check import load
+        from deszoo.checks import load
 
         try:
             policy = load(args.policy)
@@ -300,16 +296,18 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=lambda: RUN_EPILOG_HEAD + cliargs.presets_table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("name", type=cliargs.scenario, metavar="NAME",
-                     help="the scenario, e.g. jobshop_v0 (all of them are listed below)")
-    run.add_argument("--preset", default="default", metavar="P",
+    run.add_argument("name", metavar="NAME",
+                     help="the scenario, e.g. jobshop_v0 (all of them are listed below), or "
+                     "your own env as MODULE:ATTR (as deszoo check takes it)")
+    run.add_argument("--preset", default=None, metavar="P",
                      help="the scenario's preset (default: default; listed below)")
     run.add_argument("--seed", type=cliargs.seed, default=0, metavar="S",
                      help=f"episode seed, {cliargs.SEED_HELP} (default 0; see below)")
-    run.add_argument("--policy", choices=["heuristic", "random"], default="heuristic",
-                     help="the scenario's heuristic (default), or uniform random legal actions")
-    run.add_argument("--plot", type=Path, nargs="?", const=Path("deszoo-episode.png"),
-                     default=None, metavar="FILE",
+    run.add_argument("--policy", choices=["heuristic", "random"], default=None,
+                     help="the env's heuristic (the default when its module has one), or "
+                     "uniform random legal actions")
+    run.add_argument("--plot", type=cliargs.image_file, nargs="?",
+                     const=Path("deszoo-episode.png"), default=None, metavar="FILE",
                      help="also draw the episode as a chart (a Gantt chart for the job shop, "
                      "queues and waits over time, ...) into FILE (default "
                      "deszoo-episode.png)")
@@ -341,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="score a policy on a scenario's held-out seeds; write a JSON entry",
         description="Evaluate a policy on a scenario's held-out seeds (one episode each,\n"
         "return summed over agents), print the mean and its 95% t-interval, and write\n"
-        "an entry SCENARIO-PRESET-POLICY.json into benchmarks/scores/ (--out).",
+        "an entry SCENARIO-PRESET-POLICY.json into the current folder (--out; the\n"
+        "repository's entries are in benchmarks/scores/).",
         epilog=SCORES_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -358,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "heuristic, MODULE:ATTR, or the model file's stem)")
     sc.add_argument("--train-wall", type=float, default=None, metavar="S",
                     help="training wall seconds to record with a saved model")
-    sc.add_argument("--out", type=Path, default=Path("benchmarks/scores"), metavar="DIR",
-                    help="folder of the entries (default benchmarks/scores)")
+    sc.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
+                    help="folder of the entries (default: the current folder)")
     sc.add_argument("--force", action="store_true", help="replace an existing entry")
     sc.set_defaults(_parser=sc, _check=_check_scores, _run=_run_scores)
 

@@ -11,7 +11,8 @@ import pytest
 from gymnasium import spaces
 
 import deszoo
-from deszoo.check import check
+import deszoo.core
+from deszoo.checks import check
 from deszoo.vector.plain_envs import Kinds
 
 
@@ -91,3 +92,51 @@ def test_command_line_exit_codes(tmp_path):
     assert bad.returncode == 1 and "FAIL  determinism" in bad.stdout
     missing = run([sys.executable, "-m", "deszoo.cli", "check", "user_env:Nope"])
     assert missing.returncode == 2 and "has no attribute 'Nope'" in missing.stderr
+
+
+class _Router(deszoo.core.SimPyParallelEnv):
+    """A deszoo model of a user's: one router decides every time unit."""
+
+    metadata = {"name": "router_v0", "render_modes": []}
+    params = {"bug": deszoo.core.Param("", lambda v: None, "which bug to have")}
+
+    def _setup(self):
+        return deszoo.core.discrete(["router_0", "router_1"], [0.0], [1.0], 2)
+
+    def _build(self):
+        self.private = np.random.default_rng()  # unseeded unless bug is ""
+        for i in range(2):
+            self.sim.process(self._route(i))
+
+    def _route(self, i):
+        while True:
+            mask = [0, 0] if self.p.bug == "zero mask" else [1, 1]
+            yield self.decide(i, mask)  # the user's line the report must name
+            yield self.sim.timeout(1.0)
+
+    def _observe_all(self, obs):
+        rng = self.private if self.p.bug == "private rng" else self.rng
+        obs[:, 0] = rng.random()
+
+
+def test_an_error_in_a_model_process_is_reported_at_the_model_line():
+    import inspect
+
+    found = failed(check(functools.partial(_Router, bug="zero mask"), steps=20))
+    line = next(n for n, text in enumerate(inspect.getsourcelines(_Router)[0])
+                if "the user's line" in text) + inspect.getsourcelines(_Router)[1]
+    assert "all-zero mask" in found["builds"], found
+    assert found["builds"].endswith(f"(test_check.py:{line})"), found["builds"]
+
+
+def test_a_deszoo_model_is_told_to_use_self_rng():
+    found = failed(check(functools.partial(_Router, bug="private rng"), steps=20))
+    assert "self.rng" in found["determinism"] and "np_random" not in found["determinism"]
+    assert not failed(check(_Router, steps=20))
+
+
+def test_deszoo_check_stays_the_function_after_the_module_is_imported():
+    import deszoo.checks  # noqa: F401  (importing a submodule must not shadow the function)
+
+    assert callable(deszoo.check)
+    assert not failed(deszoo.check(Kinds, steps=10)) and callable(deszoo.check)

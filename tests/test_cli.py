@@ -42,6 +42,11 @@ BAD = [
     ([], "required: COMMAND"),
     (["run"], "required: NAME"),
     (["run", "nosuch_v0"], "unknown scenario 'nosuch_v0'; registered: elevator_v0,"),
+    (["run", "--plot", "jobshop_v0"], "'jobshop_v0' is the env, not a FILE: put it before"),
+    (["run", "jobshop_v0", "--plot", "episode"], "'episode' has no picture suffix"),
+    (["run", "nosuch_module:Env"], "cannot import 'nosuch_module'"),
+    (["run", "deszoo.vector.plain_envs:Kinds", "--policy", "heuristic"],
+     "has no heuristic(obs, mask) in its module; use --policy random"),
     (["run", "jobshop_v0", "--preset", "huge"],
      "unknown preset 'huge' for jobshop_v0; valid: small, default, large"),
     (["run", "jobshop_v0", "--policy", "smart"], "argument --policy: invalid choice"),
@@ -221,3 +226,24 @@ def test_run_plot_draws_the_episode(tmp_path, capsys):
     assert main(["run", "loadbalance_v0", "--preset", "small", "--plot", str(out)]) == 0
     assert out.stat().st_size > 10_000
     assert "chart of the episode" in capsys.readouterr().out
+
+
+def test_run_and_plot_a_users_env(tmp_path, capsys):
+    """deszoo run takes MODULE:ATTR as deszoo check does: random legal actions when the
+    module has no heuristic, and a generic chart."""
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "kinds.png"
+    assert main(["run", "deszoo.vector.plain_envs:Kinds", "--seed", "3", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "policy            random" in out and "SimPy events      n/a" in out
+    assert "base_0" in out and png.stat().st_size > 10_000
+    assert main(["run", "examples.custom_model:ClinicEnv", "--policy", "random"]) == 0
+    assert "SimPy events " in capsys.readouterr().out
+
+
+def test_scores_writes_its_entry_into_the_current_folder(tmp_path, monkeypatch, capsys):
+    """An installed command never writes into the repository by default."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["scores", "random", "loadbalance_v0", "--preset", "small", "--seeds",
+                 "2"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["loadbalance_v0-small-random.json"]

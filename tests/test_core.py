@@ -171,3 +171,167 @@ def test_setup_must_return_groups():
 
     with pytest.raises(ConfigError, match="Group"):
         Tuple()
+
+
+class Counter(Toy):
+    """Two agents decide at t=1; a job that arrives at t=1 after their decisions opens
+    action 2, which a mask computed when the step ends sees (``late=True``)."""
+
+    params = {**Toy.params, "late": Param(True, lambda v: None, "mask as a callable")}
+
+    def _build(self):
+        self.jobs = 0
+        super()._build()
+        self.sim.process(self._arrive())
+
+    def _arrive(self):
+        yield self.sim.timeout(1.0)
+        yield self.sim.timeout(0.0)  # after the agents' decide() at the same instant
+        self.jobs += 1
+
+    def _agent(self, i, times):
+        for t in times:
+            yield self.sim.timeout(t - self.sim.now)
+            mask = (lambda: [0, 1, int(self.jobs > 0)]) if self.p.late else [0, 1, 0]
+            action = yield self.decide(i, mask)
+            self._apply(i, action)
+
+
+def test_a_callable_mask_is_computed_when_the_step_ends():
+    env = Counter()
+    _, infos = env.reset(seed=0)
+    assert infos["a0"]["action_mask"].tolist() == [0, 1, 1], "the job at t=1 opens action 2"
+    assert Counter(late=False).reset(seed=0)[1]["a0"]["action_mask"].tolist() == [0, 1, 0]
+    env.step({"a0": 2, "a1": 2})  # legal under the late mask: not replaced
+    assert not env.invalid_buf.any() and env.decisions[:2] == [(1.0, 0, 2), (1.0, 1, 2)]
+
+
+def test_a_callable_mask_with_no_legal_action_is_a_model_bug():
+    class Empty(Counter):
+        def _agent(self, i, times):
+            yield self.sim.timeout(times[0])
+            yield self.decide(i, lambda: [0, 0, 0])
+
+    with pytest.raises(RuntimeError, match="all-zero mask"):
+        Empty().reset(seed=0)
+
+
+class _CountingRows(np.ndarray):
+    """An int8 mask buffer that records which rows each write touches."""
+
+    log: list = []
+
+    def __setitem__(self, key, value):
+        rows = np.arange(self.shape[0])[key if isinstance(key, tuple) is False else key[0]]
+        _CountingRows.log.extend(np.atleast_1d(rows).tolist() if self.ndim == 2 else [-1])
+        super().__setitem__(key, value)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"leave_at": (1, 1.0)}, {"periodic": 1.0}])
+def test_each_mask_row_is_written_at_most_once_per_step(kwargs):
+    env = Toy(schedule=((1.0, 2.0, 3.0), (1.0, 3.0, 4.0)), max_time=6.0, **kwargs)
+    env.mask_buf = env.mask_buf.view(_CountingRows)  # (the bridge writes it in place)
+    _CountingRows.log = []
+    env.reset(seed=0)
+    steps = 0
+    while env.agents:
+        _CountingRows.log = []
+        env.step({a: 1 for a in env.agents})
+        steps += 1
+        rows = _CountingRows.log
+        assert -1 not in rows, "a mask row was written through a view, not counted"
+        assert len(rows) == len(set(rows)), (steps, rows)
+    assert steps >= 3
+
+
+def test_an_unhashable_preset_is_a_config_error():
+    with pytest.raises(ConfigError, match="unknown preset"):
+        Toy(preset=["default"])
+
+
+def _mask_unaware_episode(env, steps=300, seed=0):
+    rng = np.random.default_rng(seed)
+    env.reset(seed=seed)
+    for _ in range(steps):
+        if not env.agents:
+            env.reset()
+        infos = env.step({a: int(rng.integers(3)) for a in env.agents})[4]
+    return infos
+
+
+def test_a_policy_that_ignores_masks_gets_one_warning(monkeypatch, recwarn):
+    import warnings
+
+    from deszoo.core import stepper
+    from deszoo.errors import MasksIgnoredWarning
+
+    monkeypatch.setattr(stepper, "_WARNED", set())
+    warnings.simplefilter("always")
+    _mask_unaware_episode(Toy(periodic=1.0, max_time=1000.0))
+    _mask_unaware_episode(Toy(periodic=1.0, max_time=1000.0))  # the same scenario: quiet
+    found = [w for w in recwarn if w.category is MasksIgnoredWarning]
+    assert len(found) == 1, [str(w.message) for w in recwarn]
+    message = str(found[0].message)
+    import re
+
+    replaced, decisions, share = map(int, re.search(
+        r"^toy_v0: (\d+) of the (\d+) actions .* \((\d+)%\)", message).groups())
+    assert decisions >= 100 and share == round(100 * replaced / decisions)
+    assert 20 <= share <= 45, "action 0 of three is masked out: about a third"
+    assert "DESZOO_WARN_MASKS=0" in message and "compatibility.md#masks" in message
+    assert found[0].filename == __file__, "the warning points at the caller's step()"
+
+
+def test_no_mask_warning_for_legal_play_or_when_silenced(monkeypatch, recwarn):
+    import warnings
+
+    from deszoo.core import stepper
+    from deszoo.errors import MasksIgnoredWarning
+
+    monkeypatch.setattr(stepper, "_WARNED", set())
+    warnings.simplefilter("always")
+    env = Toy(periodic=1.0, max_time=300.0)
+    env.reset(seed=0)
+    while env.agents:
+        env.step({a: 1 for a in env.agents})  # always legal
+    monkeypatch.setenv("DESZOO_WARN_MASKS", "0")
+    _mask_unaware_episode(Toy(periodic=1.0, max_time=1000.0))
+    assert not [w for w in recwarn if w.category is MasksIgnoredWarning]
+
+
+def test_the_default_state_is_every_observation_row():
+    from deszoo.errors import ResetNeededError
+
+    env = Toy()
+    with pytest.raises(ResetNeededError, match="state"):
+        env.state()
+    env.reset(seed=0)
+    env.step({"a0": 1, "a1": 1})
+    state = env.state()
+    assert state.dtype == np.float32 and env.state_space.contains(state)
+    np.testing.assert_array_equal(state, env.obs_buf.reshape(-1))
+    state[:] = -1.0  # a fresh array: the env is untouched
+    assert (env.obs_buf >= 0).all()
+
+
+def test_a_model_declares_its_own_state():
+    from gymnasium import spaces
+
+    class Clocked(Toy):
+        def _state_setup(self):
+            return spaces.Box(0.0, 100.0, (2,), dtype=np.float32)
+
+        def _state_all(self, out):
+            out[:] = (self.now, len(self.decisions))
+
+    env = Clocked()
+    env.reset(seed=0)
+    env.step({"a0": 1, "a1": 2})
+    assert env.state().tolist() == [2.0, 2.0]
+
+    class Wrong(Toy):
+        def _state_setup(self):
+            return spaces.Discrete(3)
+
+    with pytest.raises(ConfigError, match="flat float32 Box"):
+        Wrong()

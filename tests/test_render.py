@@ -160,9 +160,7 @@ def test_sb3_video_recorder_requirements():
                    autoreset_mode="SameStep", render_mode="rgb_array")  # fmt: skip
     venv = to_sb3(vec)
     try:
-        if venv.render_mode != "rgb_array":
-            pytest.skip("to_sb3 does not forward the sims' render mode yet (B6, see "
-                        "docs/pictures.md)")  # fmt: skip
+        assert venv.render_mode == "rgb_array"
         venv.reset()
         images = venv.get_images()
         assert len(images) == venv.num_envs

@@ -129,8 +129,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "schema and the standard work, rank configurations per scenario and write the "
         "Markdown page.",
     )
-    lb.add_argument("--dir", type=Path, default=None, help="default benchmarks/leaderboard")
-    lb.add_argument("--out", type=Path, default=None, help="default docs/leaderboard.md")
+    lb.add_argument("--dir", type=Path, default=Path("."),
+                    help="the folder of result files (default: the current folder; the "
+                    "repository's are in benchmarks/leaderboard)")
+    lb.add_argument("--out", type=Path, default=Path("leaderboard.md"),
+                    help="the page to write (default: leaderboard.md in the current folder)")
     lb.add_argument("--check", action="store_true",
                     help="write nothing; fail if the page is out of date or a file is rejected")
     lb.add_argument("--skip-invalid", action="store_true",
@@ -288,13 +291,8 @@ def check_bench(args: argparse.Namespace) -> BenchPlan | None:
 
 def check_leaderboard(args: argparse.Namespace) -> None:
     """Check the ``deszoo leaderboard`` folders before reading anything."""
-    from deszoo.bench.leaderboard import DEFAULT_DIR, DEFAULT_OUT
-
-    args.dir = args.dir or DEFAULT_DIR
-    args.out = args.out or DEFAULT_OUT
     if not args.dir.is_dir():
-        raise ConfigError(f"argument --dir: no folder {str(args.dir)!r} (run from the "
-                          "repository root or pass --dir)")
+        raise ConfigError(f"argument --dir: no folder {str(args.dir)!r}")
     cliargs.check_output_path(args.out, "--out")
 
 
@@ -471,8 +469,8 @@ def run_leaderboard(args: argparse.Namespace, plan: None = None) -> int:
     if args.check:
         current = out.read_text() if out.exists() else ""
         if current != text:
-            print(f"deszoo: error: {out} is out of date; run `deszoo leaderboard`",
-                  file=sys.stderr)
+            print(f"deszoo: error: {out} is out of date; run "
+                  f"`deszoo leaderboard --dir {args.dir} --out {out}`", file=sys.stderr)
             return 1
         print(f"{out} is up to date ({len(entries)} entries)")
         return 0

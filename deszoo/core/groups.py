@@ -137,6 +137,14 @@ class AgentRows:
             return mask[rows[:, None], self.offsets[None, :] + acts].all(axis=1)
         return np.ones(len(rows), dtype=bool)
 
+    def legal_row(self, mask_row: np.ndarray, act) -> bool:
+        """Does one row's action ``act`` pass its mask (always True for ``Box``)."""
+        if self.type is spaces.Discrete:
+            return bool(mask_row[act])
+        if self.type is spaces.MultiDiscrete:
+            return bool(mask_row[self.offsets + act].all())
+        return True
+
     def fallback(self, i: int, mask_row: np.ndarray, rng: np.random.Generator):
         """A uniformly random action of agent ``i`` that its mask allows."""
         if self.type is spaces.Discrete:

@@ -38,6 +38,7 @@ __all__ = [
     "int_tuple",
     "optional",
     "check_all",
+    "configure",
     "COMMON",
 ]
 
@@ -259,3 +260,51 @@ COMMON.update({
     "black_death": Param(False, flag(),
                          "agents that leave stay listed, observing zeros, until the end"),
 })
+
+
+def _max_cycles_alias(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Accept PettingZoo's ``max_cycles`` as another name for ``max_steps``."""
+    if "max_cycles" not in kwargs:
+        return kwargs
+    kwargs = dict(kwargs)
+    cycles = kwargs.pop("max_cycles")
+    if "max_steps" in kwargs and kwargs["max_steps"] != cycles:
+        raise ConfigError(
+            f"{name}: max_cycles={cycles!r} and max_steps={kwargs['max_steps']!r} disagree; "
+            "they are two names of one limit, give one"
+        )
+    kwargs["max_steps"] = cycles
+    return kwargs
+
+
+def configure(
+    name: str,
+    params: Mapping[str, Param],
+    presets: Mapping[str, Mapping[str, Any]],
+    preset: Any,
+    kwargs: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A scenario's values: its defaults, overridden by the preset, then by ``kwargs``.
+
+    Returns ``(config, kwargs)`` (``kwargs`` with ``max_cycles`` renamed ``max_steps``);
+    raises :class:`ConfigError` for an unknown preset or argument, or a value a check
+    refuses.
+    """
+    if not isinstance(preset, str) or preset not in presets:
+        raise ConfigError(f"{name}: unknown preset {preset!r}; valid presets: {sorted(presets)}")
+    kwargs = _max_cycles_alias(name, kwargs)
+    unknown = sorted(set(kwargs) - set(params))
+    if unknown:
+        raise ConfigError(
+            f"{name}: unknown argument(s) {unknown}; valid arguments: render_mode, "
+            f"preset, mask_in_obs, max_cycles, {', '.join(sorted(params))}"
+        )
+    config = {**{k: p.default for k, p in params.items()}, **presets[preset], **kwargs}
+    if config["invalid_action"] == "noop":
+        raise ConfigError(
+            f"{name}: invalid_action='noop' was removed: it left the agent waiting, which "
+            "froze simulated time; use 'random' (the default: a random legal action, "
+            "flagged in infos) or 'raise'"
+        )
+    check_all(name, params, config)
+    return config, kwargs

@@ -25,15 +25,20 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import pickle
 import random
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import gymnasium
 import numpy as np
+import pettingzoo
+import simpy
 
 __all__ = ["Verdict", "check", "load"]
 
@@ -160,6 +165,29 @@ def _check_observations(env: Any, seed: int, steps: int) -> str:
     return f"{n} steps"
 
 
+# Code an error passes through but is not the author's: report the innermost frame elsewhere.
+_HERE = Path(__file__).parent
+_LIBRARY = (*(str(Path(m.__file__).parent) + os.sep for m in (simpy, pettingzoo, gymnasium, np)),
+            str(_HERE / "core") + os.sep, str(_HERE / "vector") + os.sep, __file__,
+            os.path.dirname(os.__file__) + os.sep)
+
+
+def _where(exc: BaseException) -> str:
+    """`` (file:line)`` of the innermost frame of the env's own code where ``exc`` arose.
+
+    SimPy re-raises an exception from inside a process as a new one whose ``__cause__`` is
+    the original; the original's traceback holds the model's frames.
+    """
+    while isinstance(exc.__cause__, type(exc)) and exc.__cause__.__traceback__ is not None:
+        exc = exc.__cause__
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    own = [f for f in frames if not f.filename.startswith(_LIBRARY)]
+    frame = (own or frames)[-1]
+    return f" ({frame.filename.rsplit(os.sep, 1)[-1]}:{frame.lineno})"
+
+
 def _check_determinism(env_fn: Callable[[], Any], seed: int, steps: int) -> str:
     state = (random.getstate(), np.random.get_state())
     try:
@@ -173,10 +201,16 @@ def _check_determinism(env_fn: Callable[[], Any], seed: int, steps: int) -> str:
         random.setstate(state[0])
         np.random.set_state(state[1])
     if not _same(first, again):
+        from deszoo.core import SimPyParallelEnv
+
+        if isinstance(env_fn, type) and issubclass(env_fn, SimPyParallelEnv) or isinstance(
+                env_fn(), SimPyParallelEnv):
+            fix = "self.rng, the episode's generator that reset(seed) builds, and pass it on"
+        else:
+            fix = "a generator seeded in reset (e.g. self.np_random = np.random.default_rng(seed))"
         raise CheckFailed(
             f"seed {seed} gave two different episodes when the global random state differed: "
-            "the env draws from random/numpy.random; draw from a generator seeded in reset "
-            "(e.g. self.np_random = np.random.default_rng(seed))"
+            f"the env draws from random, numpy.random or an unseeded generator; draw from {fix}"
         )
     other = _episode(env_fn(), seed + 1, steps)
     if _same(first, other):
@@ -243,9 +277,7 @@ def check(env_fn: Callable[[], Any], seed: int = 0, steps: int = 200) -> list[Ve
         except CheckFailed as exc:
             verdicts.append(Verdict(name, False, str(exc)))
         except Exception as exc:
-            tb = traceback.extract_tb(exc.__traceback__)[-1]
-            where = f" ({tb.filename.rsplit('/', 1)[-1]}:{tb.lineno})"
-            verdicts.append(Verdict(name, False, f"{type(exc).__name__}: {exc}{where}"))
+            verdicts.append(Verdict(name, False, f"{type(exc).__name__}: {exc}{_where(exc)}"))
         return False
 
     def builds() -> str:

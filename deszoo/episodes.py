@@ -1,0 +1,113 @@
+"""One seeded episode of a registered scenario or of a user's env, for ``deszoo run`` and the
+episode charts (:mod:`deszoo.plots`).
+
+A *target* is a registered name (``"jobshop_v0"``) or ``"MODULE:ATTR"`` naming a class or
+zero-argument factory of a PettingZoo ``ParallelEnv``, importable from the current folder
+(as ``deszoo check`` takes it). A user's module may define ``heuristic(obs, mask)`` next to
+its env, as the scenario modules do; without one the policy is uniform random legal actions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from deszoo.errors import ConfigError
+
+__all__ = ["POLICIES", "Target", "target", "play"]
+
+POLICIES = ("heuristic", "random")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to play: a label, how to build the env, its heuristic (if any), and the
+    registered scenario name (``None`` for a user's env)."""
+
+    label: str
+    make: Callable[[], Any]
+    heuristic: Callable[[Any, np.ndarray], Any] | None
+    scenario: str | None
+
+
+def target(text: str, preset: str | None = None) -> Target:
+    """Resolve ``text`` (a registered name or ``MODULE:ATTR``); ``ConfigError`` if neither.
+
+    ``preset`` is passed to a registered scenario (default ``"default"``); a user's env gets
+    it only when given.
+    """
+    from deszoo.registry import env_module, list_envs
+
+    if text in list_envs():
+        module = env_module(text)
+        chosen = preset or "default"
+        return Target(text, lambda: module.parallel_env(preset=chosen),
+                      getattr(module, "heuristic", None), text)
+    if ":" not in text:
+        raise ConfigError(f"unknown scenario {text!r}; registered: {', '.join(list_envs())}; "
+                          "or give your own env as MODULE:ATTR")
+    import importlib
+
+    from deszoo.checks import load
+
+    try:
+        factory = load(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    heuristic = getattr(importlib.import_module(text.partition(":")[0]), "heuristic", None)
+    kwargs = {} if preset is None else {"preset": preset}
+    return Target(text, lambda: factory(**kwargs), heuristic, None)
+
+
+def play(what: Target, seed: int, policy: str,
+         on_step: Callable[[Any, dict, dict], None] | None = None) -> tuple[Any, dict]:
+    """Play one episode from ``reset(seed=seed)``; ``on_step(env, rewards, infos)`` is
+    called after the reset (rewards empty) and after every step.
+
+    Returns the env (episode over, not closed) and the figures of the episode.
+    """
+    if policy not in POLICIES:
+        raise ConfigError(f"policy={policy!r}; valid: {', '.join(map(repr, POLICIES))}")
+    if policy == "heuristic" and what.heuristic is None:
+        raise ConfigError(f"{what.label} has no heuristic(obs, mask) next to it; use the "
+                          "random policy")
+    env = what.make()
+    rng = np.random.default_rng(seed)
+    obs, infos = env.reset(seed=seed)
+    returns = dict.fromkeys(env.possible_agents, 0.0)
+    decisions = steps = 0
+    truncs: dict = {}
+    if on_step is not None:
+        on_step(env, {}, infos)
+    while env.agents:
+        actions = {}
+        for a in env.agents:
+            info = infos.get(a, {}) or {}
+            o = obs[a]
+            mask = o["action_mask"] if isinstance(o, dict) else info.get("action_mask")
+            decisions += bool(info.get("needs_action", True))
+            if policy == "heuristic":
+                actions[a] = what.heuristic(o, mask)
+            elif mask is not None:
+                actions[a] = int(rng.choice(np.flatnonzero(mask)))
+            else:
+                actions[a] = env.action_space(a).sample()
+        obs, rewards, _, truncs, infos = env.step(actions)
+        steps += 1
+        for a, r in rewards.items():
+            returns[a] += float(r)
+        if on_step is not None:
+            on_step(env, rewards, infos)
+    clock = getattr(env, "now", None)
+    return env, {
+        "steps": steps,
+        "decisions": decisions,
+        "sim_time": float(clock) if clock is not None else None,
+        "sim_events": getattr(env, "num_events", None),
+        "ended_by": "truncation" if any(truncs.values()) else "termination",
+        "return_total": sum(returns.values()),
+        "returns": returns,
+    }
