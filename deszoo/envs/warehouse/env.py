@@ -176,11 +176,12 @@ class WarehouseEnv(SimPyParallelEnv):
 
     # ---- decisions -------------------------------------------------------------------
     def _choose(self, r: int, batch: list[Order]):
-        # Action k means slot k - 1 of the open orders as observed (the mask is refreshed
-        # with the observation, see _observe_all).
-        K = self.p.order_slots
-        return self.decide(r, self._slot_masks[min(len(self.model.open), K)],
-                           values=self._slot_value)
+        # Action k means slot k - 1 of the open orders as observed at the end of the step
+        # (see _observe_all), so the mask is taken then too.
+        return self.decide(r, self._observed_slots, values=self._slot_value)
+
+    def _observed_slots(self) -> np.ndarray:
+        return self._slot_masks[min(len(self.model.open), self.p.order_slots)]
 
     def _slot_value(self, action: int) -> Order | None:
         return None if action == NOOP else self._snapshot[action - 1]
@@ -204,8 +205,6 @@ class WarehouseEnv(SimPyParallelEnv):
         snap = model.open[:K]
         m = len(snap)
         self._snapshot = snap
-        deciding = self.needs_buf.nonzero()[0]
-        self.mask_buf[deciding] = self._slot_masks[m]  # the slots observed
         # What every robot sees alike: the orders, the loads, the open orders' slots.
         common, slots = self._common, self._common_slots
         common[6] = min(1.0, len(model.open) / K)
@@ -239,7 +238,7 @@ class WarehouseEnv(SimPyParallelEnv):
             table = obs[:, self._slot0 :].reshape(n, K, SLOT)
             table[:, :m, 3] = table[:, :m, 4] = np.minimum(1.0, est / ref)
             # Robots building a batch see the extra time each order would add to it.
-            for r in deciding.tolist():
+            for r in self.needs_buf.nonzero()[0].tolist():
                 batch = model.batch[r]
                 if batch:
                     extra = model.added_times(batch, int(model.x[r]), snap)
