@@ -58,9 +58,10 @@ class Order:
 class Spot:
     """A place for one robot at a time (an aisle cell, a station), first come, first served.
 
-    It behaves as ``simpy.Resource(sim, 1)`` does, event for event (a waiting robot gets the
-    spot when the release is processed), at a fraction of the cost: a request and a release
-    per robot and cell are the bulk of the warehouse's work.
+    ``request`` and ``release`` order robots as ``simpy.Resource(sim, 1)`` does (a waiting
+    robot gets the spot when the release is processed) at a fraction of the cost: a request
+    and a release per robot and cell are the bulk of the warehouse's work. ``take_now``
+    spares the request's event where it cannot change the order of events.
     """
 
     __slots__ = ("sim", "taken", "waiting")
