@@ -18,6 +18,7 @@ __all__ = [
     "SubEnvError",
     "WorkerDiedError",
     "WorkerTimeoutError",
+    "MasksIgnoredWarning",
 ]
 
 
@@ -88,3 +89,13 @@ class WorkerDiedError(VectorEnvError):
 
 class WorkerTimeoutError(VectorEnvError):
     """A worker process of a vector env gave no answer within the timeout."""
+
+
+class MasksIgnoredWarning(UserWarning):
+    """A policy's actions are often masked out (and replaced): it is not reading the masks.
+
+    Issued once per process and scenario. Silence it with
+    ``warnings.filterwarnings("ignore", category=MasksIgnoredWarning)`` in this process, or
+    with the environment variable ``DESZOO_WARN_MASKS=0`` in every process (vector workers
+    included).
+    """

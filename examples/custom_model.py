@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
     from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.vec_env import VecMonitor
 
     from deszoo.policies import evaluate, random_policy
     from deszoo.vector import make_vec, to_sb3
@@ -133,8 +134,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(1)  # the cores belong to the simulation workers
     # 3. many copies, one process per core, copy i seeded 0 + i; SB3 sees one row per nurse.
     vec = make_vec(ClinicEnv, args.envs, backend="shm", seed=0, autoreset_mode="SameStep")
-    model = MaskablePPO("MlpPolicy", to_sb3(vec), n_steps=128, batch_size=256, seed=0,
-                        device="cpu")
+    model = MaskablePPO("MlpPolicy", VecMonitor(to_sb3(vec)), n_steps=128, batch_size=256,
+                        seed=0, device="cpu")  # VecMonitor: SB3 logs episode returns
     model.learn(args.timesteps)
     vec.close()
 

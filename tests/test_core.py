@@ -247,3 +247,91 @@ def test_each_mask_row_is_written_at_most_once_per_step(kwargs):
 def test_an_unhashable_preset_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown preset"):
         Toy(preset=["default"])
+
+
+def _mask_unaware_episode(env, steps=300, seed=0):
+    rng = np.random.default_rng(seed)
+    env.reset(seed=seed)
+    for _ in range(steps):
+        if not env.agents:
+            env.reset()
+        infos = env.step({a: int(rng.integers(3)) for a in env.agents})[4]
+    return infos
+
+
+def test_a_policy_that_ignores_masks_gets_one_warning(monkeypatch, recwarn):
+    import warnings
+
+    from deszoo.core import stepper
+    from deszoo.errors import MasksIgnoredWarning
+
+    monkeypatch.setattr(stepper, "_WARNED", set())
+    warnings.simplefilter("always")
+    _mask_unaware_episode(Toy(periodic=1.0, max_time=1000.0))
+    _mask_unaware_episode(Toy(periodic=1.0, max_time=1000.0))  # the same scenario: quiet
+    found = [w for w in recwarn if w.category is MasksIgnoredWarning]
+    assert len(found) == 1, [str(w.message) for w in recwarn]
+    message = str(found[0].message)
+    import re
+
+    replaced, decisions, share = map(int, re.search(
+        r"^toy_v0: (\d+) of the (\d+) actions .* \((\d+)%\)", message).groups())
+    assert decisions >= 100 and share == round(100 * replaced / decisions)
+    assert 20 <= share <= 45, "action 0 of three is masked out: about a third"
+    assert "DESZOO_WARN_MASKS=0" in message and "compatibility.md#masks" in message
+    assert found[0].filename == __file__, "the warning points at the caller's step()"
+
+
+def test_no_mask_warning_for_legal_play_or_when_silenced(monkeypatch, recwarn):
+    import warnings
+
+    from deszoo.core import stepper
+    from deszoo.errors import MasksIgnoredWarning
+
+    monkeypatch.setattr(stepper, "_WARNED", set())
+    warnings.simplefilter("always")
+    env = Toy(periodic=1.0, max_time=300.0)
+    env.reset(seed=0)
+    while env.agents:
+        env.step({a: 1 for a in env.agents})  # always legal
+    monkeypatch.setenv("DESZOO_WARN_MASKS", "0")
+    _mask_unaware_episode(Toy(periodic=1.0, max_time=1000.0))
+    assert not [w for w in recwarn if w.category is MasksIgnoredWarning]
+
+
+def test_the_default_state_is_every_observation_row():
+    from deszoo.errors import ResetNeededError
+
+    env = Toy()
+    with pytest.raises(ResetNeededError, match="state"):
+        env.state()
+    env.reset(seed=0)
+    env.step({"a0": 1, "a1": 1})
+    state = env.state()
+    assert state.dtype == np.float32 and env.state_space.contains(state)
+    np.testing.assert_array_equal(state, env.obs_buf.reshape(-1))
+    state[:] = -1.0  # a fresh array: the env is untouched
+    assert (env.obs_buf >= 0).all()
+
+
+def test_a_model_declares_its_own_state():
+    from gymnasium import spaces
+
+    class Clocked(Toy):
+        def _state_setup(self):
+            return spaces.Box(0.0, 100.0, (2,), dtype=np.float32)
+
+        def _state_all(self, out):
+            out[:] = (self.now, len(self.decisions))
+
+    env = Clocked()
+    env.reset(seed=0)
+    env.step({"a0": 1, "a1": 2})
+    assert env.state().tolist() == [2.0, 2.0]
+
+    class Wrong(Toy):
+        def _state_setup(self):
+            return spaces.Discrete(3)
+
+    with pytest.raises(ConfigError, match="flat float32 Box"):
+        Wrong()

@@ -83,7 +83,7 @@ from deszoo.core.memory import check_fits, env_bytes
 from deszoo.core.params import COMMON, Config, Param, check_all, configure
 from deszoo.core.rendering import Rendering
 from deszoo.core.stepper import NOOP, Stepper
-from deszoo.errors import ConfigError
+from deszoo.errors import ConfigError, ResetNeededError
 
 __all__ = ["SimPyParallelEnv", "NOOP", "COMMON_PARAMS"]
 
@@ -157,6 +157,11 @@ class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
         if self._discrete:
             self.n_actions = int(rows.mask_dim)
         self._setup_spaces(rows)
+        self.state_space = self._state_setup() or self._observations_box(rows)
+        if not (isinstance(self.state_space, spaces.Box) and len(self.state_space.shape) == 1
+                and self.state_space.dtype == np.float32):
+            raise ConfigError(f"{name}: _state_setup() must return a flat float32 Box, got "
+                              f"{self.state_space}")
         allocate(self, rows)  # the per-agent arrays (deszoo.core.arrays)
         self._gone = np.zeros(n, dtype=bool)  # left, but listed until the end (black_death)
         self._noop_mask = rows.noop_mask()
@@ -174,6 +179,7 @@ class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
         self._roster_changed = False  # an agent left or the episode started: rebuild agents
         self._flags_set = False  # term, trunc or invalid flags set since the step began
         self._any_invalid = False  # an invalid action was replaced this episode
+        self._decisions = self._replaced = 0  # since the env was built (the mask warning)
         self._over = True
         self._closed = False
         self.num_steps = 0
@@ -206,6 +212,17 @@ class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
         self._n_actions = rows.n.tolist() if rows.type is spaces.Discrete else []
         # Kept for scenarios and tools that knew one space: the first group's.
         self._box = rows.groups[0].observation
+
+    @staticmethod
+    def _observations_box(rows: AgentRows) -> spaces.Box:
+        """The default state's space: every agent's observation row (padded), in row order."""
+        low = np.zeros((len(rows.names), rows.obs_dim), dtype=np.float32)
+        high = np.zeros_like(low)
+        for i, k in enumerate(rows.kind):
+            box = rows.groups[k].observation
+            low[i, : box.shape[0]] = box.low
+            high[i, : box.shape[0]] = box.high
+        return spaces.Box(low.reshape(-1), high.reshape(-1), dtype=np.float32)
 
     @classmethod
     def all_params(cls) -> dict[str, Param]:
@@ -279,6 +296,33 @@ class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
 
     def _flush(self, until: float) -> None:
         """Book time-integrated rewards up to simulated time ``until`` (optional)."""
+
+    def _state_setup(self) -> spaces.Box | None:
+        """The global state's space (a flat float32 ``Box``), or ``None`` (the default): the
+        state is then every agent's observation row, concatenated in row order."""
+        return None
+
+    def _state_all(self, out: np.ndarray) -> None:
+        """Write the global state (the whole system as the model sees it) into ``out``, a
+        float32 vector of the state space's size; called by :meth:`state`, so only when
+        someone asks. Implement it with :meth:`_state_setup`."""
+        out[:] = self.obs_buf.reshape(-1)
+
+    # ---- the global state (PettingZoo's state(); centralised critics read it) ----------
+    def state(self) -> np.ndarray:
+        """The global state after the last step or reset (a fresh array)."""
+        out = np.empty(self.state_space.shape, dtype=np.float32)
+        self.write_state(out)
+        return out
+
+    def write_state(self, out: np.ndarray) -> None:
+        """Write the global state into ``out`` (e.g. a vector env's buffer row)."""
+        if self.sim is None:
+            raise ResetNeededError(
+                f"{self.metadata['name']}: state() called " + self._not_running()
+                + "; call reset() first"
+            )
+        self._state_all(out)
 
     def __reduce__(self):
         return (_rebuild, (type(self), dict(self._kwargs)))

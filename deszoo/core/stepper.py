@@ -25,6 +25,8 @@ arrays (:mod:`deszoo.core.arrays`) and the attributes read here.
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -32,12 +34,21 @@ import numpy as np
 import simpy
 
 from deszoo.core.config import check_seed
-from deszoo.errors import ConfigError, MaskedActionError, MissingActionError, ResetNeededError
+from deszoo.errors import (
+    ConfigError,
+    MaskedActionError,
+    MasksIgnoredWarning,
+    MissingActionError,
+    ResetNeededError,
+)
 
-__all__ = ["Stepper", "NOOP"]
+__all__ = ["Stepper", "NOOP", "MASK_WARNING_SHARE", "MASK_WARNING_AFTER"]
 
 NOOP = 0
 _INF = float("inf")
+MASK_WARNING_SHARE = 0.01  # warn when at least this share of decisions was replaced
+MASK_WARNING_AFTER = 100  # ... out of at least this many decisions of one env
+_WARNED: set[str] = set()  # scenarios warned about in this process
 
 
 class Stepper:
@@ -246,6 +257,7 @@ class Stepper:
     def _deliver(self, pending: dict, acts: Any, missing: np.ndarray | None) -> None:
         """Succeed each pending decision with its agent's action, replacing invalid ones."""
         mask, discrete = self.mask_buf, self._discrete
+        self._decisions += len(pending)
         for i in pending:  # hot path: one mask lookup per deciding agent
             legal = mask[i, acts[i]] if discrete else self.rows.legal_row(mask[i], acts[i])
             if not legal or (missing is not None and missing[i]):
@@ -371,7 +383,25 @@ class Stepper:
             self.invalid_count[i] += 1
             self.rew_buf[i] -= penalty
         self._flags_set = self._any_invalid = True
+        self._replaced += len(bad)
+        if self._replaced >= MASK_WARNING_SHARE * self._decisions >= (
+                MASK_WARNING_SHARE * MASK_WARNING_AFTER):
+            self._warn_masks_ignored()
         return acts
+
+    def _warn_masks_ignored(self) -> None:
+        name = self.metadata["name"]
+        if name in _WARNED or os.environ.get("DESZOO_WARN_MASKS", "1") == "0":
+            return
+        _WARNED.add(name)
+        warnings.warn(
+            f"{name}: {self._replaced} of the {self._decisions} actions of agents at a "
+            f"decision point ({self._replaced / self._decisions:.0%}) were masked out and "
+            "replaced by random legal actions: the policy is not reading the masks "
+            "(infos[agent]['action_mask'], or mask_in_obs=True). See "
+            "docs/compatibility.md#masks. Silence: warnings.filterwarnings('ignore', "
+            "category=deszoo.errors.MasksIgnoredWarning), or DESZOO_WARN_MASKS=0 for every "
+            "process.", MasksIgnoredWarning, stacklevel=6)  # (the caller of step)
 
     def _refuse_invalid(self, acts: np.ndarray, missing: np.ndarray | None) -> None:
         """Strict mode, in row order: a missing action of a deciding agent raises

@@ -15,21 +15,25 @@ class Integrator:
     """
 
     def __init__(self, n: int, t0: float = 0.0):
-        self.value = np.zeros(n, dtype=np.float64)
-        self.area = np.zeros(n, dtype=np.float64)
-        self.t = np.full(n, t0, dtype=np.float64)
+        # Plain floats: updates come one agent at a time, where numpy's per-call cost would
+        # exceed the arithmetic; the results are the same float64 sums.
+        self.value = [0.0] * n
+        self.area = [0.0] * n
+        self.t = [float(t0)] * n
 
     def set(self, t: float, i: int, value: float) -> None:
         self.area[i] += self.value[i] * (t - self.t[i])
-        self.t[i] = t
-        self.value[i] = value
+        self.t[i] = float(t)
+        self.value[i] = float(value)
 
     def add(self, t: float, i: int, delta: float) -> None:
         self.set(t, i, self.value[i] + delta)
 
     def take(self, t: float) -> np.ndarray:
-        self.area += self.value * (t - self.t)
-        self.t[:] = t
-        out = self.area.copy()
-        self.area[:] = 0.0
+        """Each agent's integral since the last ``take`` (float64); starts a new interval."""
+        out = np.array([a + v * (t - s) for a, v, s in zip(self.area, self.value, self.t,
+                                                              strict=True)], dtype=np.float64)
+        n = len(self.area)
+        self.area = [0.0] * n
+        self.t = [float(t)] * n
         return out

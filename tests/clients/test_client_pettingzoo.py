@@ -19,6 +19,7 @@ from pettingzoo.test import (
     parallel_seed_test,
     render_test,
     seed_test,
+    state_test,
 )
 
 import deszoo
@@ -51,6 +52,15 @@ def test_aec_api_and_seed(name):
     with quiet():
         api_test(module.env(preset="small"), num_cycles=100)
         seed_test(lambda: module.env(preset="small"), num_cycles=100)
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_state(name):
+    """PettingZoo's state_test: state_space and state(), AEC and parallel."""
+    module = deszoo.env_module(name)
+    with quiet():
+        state_test(module.env(preset="small"), module.parallel_env(preset="small"),
+                   num_cycles=50)
 
 
 @pytest.mark.parametrize("name", ENVS)

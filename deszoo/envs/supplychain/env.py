@@ -64,6 +64,7 @@ Version History:
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 
 import numpy as np
 from gymnasium import spaces
@@ -165,7 +166,9 @@ class SupplyChainEnv(SimPyParallelEnv):
             self._qty = np.rint(self._unit[:, None] * np.arange(levels)[None, :]).astype(np.int64)
             self._orders = self._qty.tolist()
             self._limit = ((lead + 1 + p.position_cap) * mean).tolist()
-            self._mask = np.zeros(levels, dtype=np.int8)
+            # Order sizes grow with the action, so the legal actions are a prefix:
+            # _prefix[m - 1] allows the first m of them.
+            self._prefix = np.tril(np.ones((levels, levels), dtype=np.int8))
             self.every(1.0, m.place_order, mask=self._mask_fn, values=self._orders.__getitem__)
         static = np.zeros((n, N_OBS), dtype=np.float64)
         static[:, 8] = lead / (1 + lead)
@@ -176,10 +179,8 @@ class SupplyChainEnv(SimPyParallelEnv):
     # ---- periodic decisions ---------------------------------------------------------
     def _mask_fn(self, i: int) -> np.ndarray:
         room = self._limit[i] - self.model.inventory_position(i)
-        mask = self._mask
-        mask[:] = self._qty[i] <= room
-        mask[NOOP] = 1
-        return mask
+        allowed = bisect_right(self._orders[i], room)  # orders of at most room items
+        return self._prefix[max(allowed, 1) - 1]  # the no-op is always allowed
 
     def _flush(self, until: float) -> None:
         m, p = self.model, self.p
@@ -198,27 +199,19 @@ class SupplyChainEnv(SimPyParallelEnv):
     def _observe_all(self, obs: np.ndarray) -> None:
         """Every node's observation at once (vectorised over nodes)."""
         m, p = self.model, self.p
-        on_hand = np.asarray(m.on_hand, dtype=np.float64)
-        backlog = np.asarray(m.backlog, dtype=np.float64)
-        on_order = np.asarray(m.on_order, dtype=np.float64)
-        x = np.empty((m.n_nodes, 8))
-        x[:, 0] = on_hand
-        x[:, 1] = backlog
-        x[:, 2] = on_order
-        x[:, 3] = on_hand + on_order - backlog
-        x[:, 4] = m.last_demand
-        x[:, 5] = m.forecast
-        x[:, 6] = np.sqrt(m.variance)
-        x[:, 7] = m.last_order
-        x /= self._unit[:, None]
+        # the eight quantities, one row each (columns: nodes), in order units; row 3 (the
+        # inventory position) and row 6 (the forecast error std) are derived in place
+        x = np.array([m.on_hand, m.backlog, m.on_order, m.on_order, m.last_demand, m.forecast,
+                      m.variance, m.last_order], dtype=np.float64)
+        x[3] = x[0] + x[2] - x[1]
+        x[6] = np.sqrt(x[6])
+        x /= self._unit
         obs[:] = self._static
-        obs[:, :8] = x / (SCALE + np.abs(x))
+        obs[:, :8] = (x / (SCALE + np.abs(x))).T
         now = self.sim.now
         steps = p.max_steps
-        obs[:, 10] = min(1.0, now / steps) if steps else 0.0
         phase = 2 * math.pi * now / p.season
-        obs[:, 11] = math.sin(phase)
-        obs[:, 12] = math.cos(phase)
+        obs[:, 10:13] = (min(1.0, now / steps) if steps else 0.0, math.sin(phase), math.cos(phase))
 
     def bullwhip(self) -> list[float]:
         """Variance of each echelon's orders per period / variance of customer demand."""

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from deszoo.core import NOOP, Integrator, SimPyParallelEnv
+from deszoo.core import NOOP, SimPyParallelEnv
 from deszoo.core.groups import discrete
 from deszoo.core.params import COMMON, Param, fraction, integer, probabilities, real
 from deszoo.envs.traffic.model import N_PHASES, TrafficModel, phase_lanes
@@ -67,6 +67,7 @@ WAIT_REF = 120.0  # seconds: head-of-queue wait feature scale
 # (straight for the through+right lane, left for the left lane). Used by the heuristic.
 _LANE_OUT = [h if kind == 0 else (h + 3) % 4 for h in range(4) for kind in (0, 1)]
 _PHASE_SLOTS = [phase_lanes(p) for p in range(N_PHASES)]
+_ONE_HOT = np.eye(N_PHASES)  # _ONE_HOT[p]: the phase one-hot of the observation
 
 
 class TrafficEnv(SimPyParallelEnv):
@@ -116,9 +117,14 @@ class TrafficEnv(SimPyParallelEnv):
 
     def _build(self):
         n = len(self.possible_agents)
-        self._queue = Integrator(n)
+        # vehicles queued at each signal and their integral over time (plain floats:
+        # _on_queue runs whenever a vehicle joins or leaves a queue)
+        self._queued, self._area, self._since = [0.0] * n, [0.0] * n, [0.0] * n
         self.model = TrafficModel(self.sim, self.rng, self.p, on_queue=self._on_queue)
         self.model.start()
+        out_link = np.asarray(self.model.out_link)
+        self._out_index = np.maximum(out_link, 0)  # where traffic exits: any link, times 0
+        self._out_open = (out_link >= 0).astype(np.float64)
         self._mask_rows = np.ones((N_PHASES, 1 + N_PHASES), dtype=np.int8)
         for ph in range(N_PHASES):
             self._mask_rows[ph, 1 + ph] = 0
@@ -150,32 +156,37 @@ class TrafficEnv(SimPyParallelEnv):
             self.model.switch(i, phase)
 
     def _on_queue(self, node: int, delta: int) -> None:
-        self._queue.add(self.sim.now, node, delta)
+        now = self.sim.now
+        self._area[node] += self._queued[node] * (now - self._since[node])
+        self._since[node] = now
+        self._queued[node] += delta
 
     def _flush(self, until: float) -> None:
-        self.rew_buf -= (self._queue.take(until) / 60.0).astype(np.float32)
+        area = [a + q * (until - t) for a, q, t in zip(self._area, self._queued, self._since,
+                                                      strict=True)]
+        n = len(area)
+        self._area, self._since = [0.0] * n, [until] * n
+        self.rew_buf -= (np.array(area) / 60.0).astype(np.float32)
 
     # ---- observations ----------------------------------------------------------------
     def _observe_all(self, obs: np.ndarray) -> None:
         model, now = self.model, self.sim.now
         n = model.n_nodes
-        obs[:] = 0.0
-        obs[np.arange(n), model.phase] = 1.0
-        clearing = np.asarray(model.in_clearance, dtype=bool)
+        obs[:, 0:4] = _ONE_HOT[model.phase]
+        clearing = np.array(model.in_clearance)
         obs[:, 4] = clearing
-        green = np.minimum(1.0, (now - np.asarray(model.green_since)) / GREEN_REF)
+        green = np.minimum(1.0, (now - np.array(model.green_since)) / GREEN_REF)
         obs[:, 5] = np.where(clearing, 0.0, np.maximum(green, 0.0))
         queues = model.queues
-        lens = np.fromiter((len(q) for q in queues), dtype=np.float64, count=8 * n)
-        heads = np.fromiter((q[0][2] if q else now for q in queues), dtype=np.float64, count=8 * n)
+        lens = np.array(list(map(len, queues)), dtype=np.float64)
+        heads = np.array([q[0][2] if q else now for q in queues])
         obs[:, 6:14] = np.minimum(1.0, lens / self._queue_ref).reshape(n, 8)
         obs[:, 14:22] = np.minimum(1.0, (now - heads) / WAIT_REF).reshape(n, 8)
-        count = np.asarray(model.count, dtype=np.float64)
-        queued = np.asarray(model.queued_on, dtype=np.float64)
+        count = np.array(model.count, dtype=np.float64)
+        moving = count - np.array(model.queued_on, dtype=np.float64)
         cap = float(self.p.link_capacity)
-        obs[:, 22:26] = np.minimum(1.0, (count - queued) / cap).reshape(n, 4)
-        out_link = np.asarray(model.out_link)
-        out_count = np.where(out_link >= 0, count[np.maximum(out_link, 0)], 0.0)
+        obs[:, 22:26] = np.minimum(1.0, moving / cap).reshape(n, 4)
+        out_count = count[self._out_index] * self._out_open
         obs[:, 26:30] = np.minimum(1.0, out_count / cap).reshape(n, 4)
 
     def _render_text(self) -> str:

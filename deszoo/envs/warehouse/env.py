@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from deszoo.core import NOOP, Integrator, SimPyParallelEnv
+from deszoo.core import NOOP, SimPyParallelEnv
 from deszoo.core.groups import discrete
 from deszoo.core.params import COMMON, Param, integer, real
 from deszoo.envs.warehouse.model import Order, WarehouseModel
@@ -148,90 +148,101 @@ class WarehouseEnv(SimPyParallelEnv):
         )
         self._slot0 = HEAD + A + S
         dim = self._slot0 + SLOT * K
+        # what every robot observes alike, written here and then copied to every row
+        self._common = np.zeros(dim)
+        self._common_slots = self._common[self._slot0 :].reshape(K, SLOT)
         # _slot_masks[m]: the no-op and the first m order slots
         self._slot_masks = np.tril(np.ones((K + 1, K + 1), dtype=np.int8))
         names = [f"robot_{r}" for r in range(p.n_robots)]
         return discrete(names, np.zeros(dim), np.ones(dim), K + 1)
 
     def _build(self):
-        self._in_system = Integrator(1)
+        # orders in the system and their integral over time (plain floats: _on_count runs
+        # at every arrival and delivery)
+        self._count, self._area, self._since = 0.0, 0.0, 0.0
         self._snapshot: list[Order] = []
-        self.model = WarehouseModel(
+        self.model = model = WarehouseModel(
             self.sim, self.rng, self.p, self._choose, on_count=self._on_count,
             on_all_done=self.end_episode,
         )
-        self.model.start()
+        # per order, what its slot shows that never changes: where it lies (first and last
+        # aisle), its tours alone, and lines and aisles / max_lines
+        self._order_rows = np.array([
+            [o.lo, o.hi, o.base_asc, o.base_desc, o.lines / model.max_lines,
+             len(o.aisles) / model.max_lines]
+            for o in model.orders
+        ])
+        model.start()
 
     # ---- decisions -------------------------------------------------------------------
     def _choose(self, r: int, batch: list[Order]):
-        # Action k means slot k - 1 of the open orders as observed (the mask is refreshed
-        # with the observation, see _observe_all).
-        K = self.p.order_slots
-        return self.decide(r, self._slot_masks[min(len(self.model.open), K)],
-                           values=self._slot_value)
+        # Action k means slot k - 1 of the open orders as observed at the end of the step
+        # (see _observe_all), so the mask is taken then too.
+        return self.decide(r, self._observed_slots, values=self._slot_value)
+
+    def _observed_slots(self) -> np.ndarray:
+        return self._slot_masks[min(len(self.model.open), self.p.order_slots)]
 
     def _slot_value(self, action: int) -> Order | None:
         return None if action == NOOP else self._snapshot[action - 1]
 
     def _on_count(self, delta: int) -> None:
-        self._in_system.add(self.sim.now, 0, delta)
+        now = self.sim.now
+        self._area += self._count * (now - self._since)
+        self._count += delta
+        self._since = now
 
     def _flush(self, until: float) -> None:
-        share = self._in_system.take(until)[0] / (60.0 * len(self.possible_agents))
-        self.rew_buf[self.live] -= np.float32(share)
+        area = self._area + self._count * (until - self._since)
+        self._area, self._since = 0.0, until
+        self.rew_buf[self.live] -= np.float32(area / (60.0 * len(self.possible_agents)))
 
     # ---- observations ----------------------------------------------------------------
     def _observe_all(self, obs: np.ndarray) -> None:
         model, now = self.model, self.sim.now
         n, A, L, K = model.n_robots, model.n_aisles, model.length, self.p.order_slots
-        S, cap = model.n_stations, model.capacity
-        obs[:] = 0.0
-        x = np.asarray(model.x)
-        y = np.asarray(model.y)
+        cap, lines_max = model.capacity, model.max_lines
+        snap = model.open[:K]
+        m = len(snap)
+        self._snapshot = snap
+        # What every robot sees alike: the orders, the loads, the open orders' slots.
+        common, slots = self._common, self._common_slots
+        common[6] = min(1.0, len(model.open) / K)
+        common[7] = (model.n_orders - model.released) / model.n_orders
+        common[8] = model.delivered / model.n_orders
+        common[HEAD : HEAD + A] = np.minimum(1.0, np.divide(model.aisle_load, min(n, L)))
+        common[HEAD + A : self._slot0] = np.minimum(1.0, np.divide(model.station_load, n))
+        slots[:] = 0.0
+        if m:
+            rows = self._order_rows[[o.id for o in snap]]
+            load = model.aisle_load
+            slots[:m, 0] = 1.0
+            slots[:m, 1] = rows[:, 4]
+            slots[:m, 2] = [min(1.0, (now - o.arrival) / AGE_REF) for o in snap]
+            slots[:m, 5] = rows[:, 5]
+            slots[:m, 6] = [min(1.0, sum(load[a] for a in o.aisles) / n) for o in snap]
+        obs[:] = common
+        # Each robot's own state, and each order's tour time from where the robot is.
+        x = np.array(model.x)
+        y = np.array(model.y)
         obs[:, 0] = model.busy
         obs[:, 1] = x / (A - 1)
         obs[:, 2] = (y + 1.0) / (L + 1.0)
         obs[:, 3] = (y >= 0) & (y < L)
-        obs[:, 4] = np.minimum(1.0, np.asarray(model.lines_left) / (cap * model.max_lines))
+        obs[:, 4] = np.minimum(1.0, np.divide(model.lines_left, cap * lines_max))
         obs[:, 5] = [len(b) / cap for b in model.batch]
-        obs[:, 6] = min(1.0, len(model.open) / K)
-        obs[:, 7] = (model.n_orders - model.released) / model.n_orders
-        obs[:, 8] = model.delivered / model.n_orders
-        load = np.asarray(model.aisle_load, dtype=np.float64)
-        obs[:, HEAD : HEAD + A] = np.minimum(1.0, load / min(n, L))
-        obs[:, HEAD + A : HEAD + A + S] = np.minimum(1.0, np.asarray(model.station_load) / n)
-        snap = model.open[:K]
-        self._snapshot = snap
-        deciding = np.flatnonzero(self.needs_buf)
-        self.mask_buf[deciding] = self._slot_masks[len(snap)]  # the slots observed
-        if snap:
-            m, ref = len(snap), self._est_ref
-            pitch = model.pitch_time
-            lo = np.array([o.lo for o in snap], dtype=np.float64)
-            hi = np.array([o.hi for o in snap], dtype=np.float64)
-            b_asc = np.array([o.base_asc for o in snap])
-            b_desc = np.array([o.base_desc for o in snap])
-            est = np.minimum(
-                np.abs(x[:, None] - lo) * pitch + b_asc, np.abs(x[:, None] - hi) * pitch + b_desc
-            )
+        if m:
+            ref, pitch = self._est_ref, model.pitch_time
+            est = np.minimum(np.abs(x[:, None] - rows[:, 0]) * pitch + rows[:, 2],
+                             np.abs(x[:, None] - rows[:, 1]) * pitch + rows[:, 3])
             table = obs[:, self._slot0 :].reshape(n, K, SLOT)
-            table[:, :m, 0] = 1.0
-            table[:, :m, 1] = [o.lines / model.max_lines for o in snap]
-            table[:, :m, 2] = [min(1.0, (now - o.arrival) / AGE_REF) for o in snap]
-            table[:, :m, 3] = np.minimum(1.0, est / ref)
-            table[:, :m, 4] = table[:, :m, 3]
-            table[:, :m, 5] = [len(o.aisles) / model.max_lines for o in snap]
-            table[:, :m, 6] = [
-                min(1.0, sum(model.aisle_load[a] for a in o.aisles) / n) for o in snap
-            ]
+            table[:, :m, 3] = table[:, :m, 4] = np.minimum(1.0, est / ref)
             # Robots building a batch see the extra time each order would add to it.
-            for r in deciding:
+            for r in self.needs_buf.nonzero()[0].tolist():
                 batch = model.batch[r]
                 if batch:
-                    x0 = int(model.x[r])
-                    base = model.tour_time(batch, x0)
-                    extra = [model.tour_time(batch + [o], x0) - base for o in snap]
-                    table[r, :m, 4] = np.clip(np.asarray(extra) / ref, 0.0, 1.0)
+                    extra = model.added_times(batch, int(model.x[r]), snap)
+                    table[r, :m, 4] = [min(1.0, max(0.0, e / ref)) for e in extra]
 
     def _render_text(self) -> str:
         model = self.model

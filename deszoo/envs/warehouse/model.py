@@ -4,11 +4,11 @@ Layout. ``n_aisles`` narrow aisles side by side (aisle ``a`` at ``x = a``), each
 ``aisle_length`` cells deep, between a wide front cross-aisle (``y = -1``) and a wide back
 cross-aisle (``y = aisle_length``). Aisles are one-way, alternating: even aisles are
 entered at the front and left at the back, odd aisles the other way round, so robots in an
-aisle never meet head-on. Every cell of a narrow aisle is a SimPy ``Resource`` of capacity
-one: a robot moves into the next cell only when it is free, and a robot picking in a cell
-blocks the robots behind it (picker blocking). The cross-aisles are wide (no blocking);
-moving one aisle sideways takes ``pitch_time``. ``n_stations`` drop-off stations on the
-front cross-aisle are ``Resource``s of capacity one.
+aisle never meet head-on. Every cell of a narrow aisle is a resource of capacity one
+(:class:`Spot`): a robot moves into the next cell only when it is free, and a robot picking
+in a cell blocks the robots behind it (picker blocking). The cross-aisles are wide (no
+blocking); moving one aisle sideways takes ``pitch_time``. ``n_stations`` drop-off stations
+on the front cross-aisle are ``Spot``s too.
 
 Orders. ``n_orders`` orders are generated at the start; ``initial_orders`` of them are open
 at ``t = 0`` and the rest arrive as a Poisson stream. An order has 1..``max_lines`` lines,
@@ -27,16 +27,18 @@ returns to the front and drops the batch at the station with the least expected 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import simpy
 
-__all__ = ["WarehouseModel", "Order", "FRONT", "BACK"]
+__all__ = ["WarehouseModel", "Order", "Spot", "FRONT", "BACK"]
 
 FRONT, BACK = 0, 1
+TRAVEL_MEMO = 4096
 
 
 @dataclass
@@ -51,6 +53,50 @@ class Order:
     arrival: float = float("inf")
     taken: bool = False
     aisles: list[int] = field(default_factory=list)
+
+
+class Spot:
+    """A place for one robot at a time (an aisle cell, a station), first come, first served.
+
+    ``request`` and ``release`` order robots as ``simpy.Resource(sim, 1)`` does (a waiting
+    robot gets the spot when the release is processed) at a fraction of the cost: a request
+    and a release per robot and cell are the bulk of the warehouse's work. ``take_now``
+    spares the request's event where it cannot change the order of events.
+    """
+
+    __slots__ = ("sim", "taken", "waiting")
+
+    def __init__(self, sim: simpy.Environment):
+        self.sim = sim
+        self.taken = False
+        self.waiting: deque[simpy.Event] = deque()
+
+    def request(self) -> simpy.Event:
+        """An event that succeeds once the spot is the caller's."""
+        event = self.sim.event()
+        self.waiting.append(event)
+        self._grant()
+        return event
+
+    def take_now(self) -> bool:
+        """Take the spot without an event if it is free and nothing else is due at this
+        instant (a request's event would be the next one processed); else return False."""
+        if self.taken or self.waiting or self.sim.peek() <= self.sim.now:
+            return False
+        self.taken = True
+        return True
+
+    def release(self) -> None:
+        self.taken = False
+        if self.waiting:  # the next robot in line gets it when the release is processed
+            done = self.sim.event()
+            done.callbacks.append(self._grant)
+            done.succeed()
+
+    def _grant(self, _event: simpy.Event | None = None) -> None:
+        if not self.taken and self.waiting:
+            self.taken = True
+            self.waiting.popleft().succeed()
 
 
 def merge(orders: list[Order]) -> dict[int, dict[int, int]]:
@@ -99,13 +145,16 @@ class WarehouseModel:
         self.capacity = p.capacity
         self.choose, self.on_count, self.on_all_done = choose, on_count, on_all_done
         A, L = n_aisles, aisle_length
-        self.cells = [[simpy.Resource(sim, 1) for _ in range(L)] for _ in range(A)]
+        self.cells = [[Spot(sim) for _ in range(L)] for _ in range(A)]
         self.path = [list(range(L)) if a % 2 == 0 else list(range(L - 1, -1, -1)) for a in range(A)]
-        self.stations = [simpy.Resource(sim, 1) for _ in range(n_stations)]
+        self.stations = [Spot(sim) for _ in range(n_stations)]
         self.station_x = [min(A - 1, int((s + 0.5) * A / n_stations)) for s in range(n_stations)]
         # via[end][x][a]: aisle to pass through from cross-aisle ``end`` at ``x`` to reach
         # the entry of aisle ``a`` (-1: ``a`` is entered from ``end``).
         self.via = [[[self._via(end, x, a) for a in range(A)] for x in range(A)] for end in (0, 1)]
+        self.home = [self._home(x) for x in range(A)]  # aisle back to the front from x
+        # aisles from x to the nearest station
+        self.to_station = [min(abs(x - sx) for sx in self.station_x) for x in range(A)]
         self.aisle_load = [0] * A  # robots in an aisle or waiting at its entry
         self.station_load = [0] * n_stations  # robots dropping or waiting at a station
         # Robot state, read by observers.
@@ -116,12 +165,17 @@ class WarehouseModel:
         self.batch: list[list[Order]] = [[] for _ in range(n_robots)]
         # Orders.
         weights = (np.arange(A) + 1.0) ** -float(p.skew)
-        self._aisle_p = weights / weights.sum()
+        p_aisle = weights / weights.sum()
+        # Aisles are drawn by inverse CDF, the CDF computed once (rng.choice(p=...) draws
+        # the same way, but checks p and builds the CDF again on every call).
+        self._aisle_cdf = p_aisle.cumsum()
+        self._aisle_cdf /= self._aisle_cdf[-1]
         self.orders = [self._new_order(k) for k in range(n_orders)]
         mean_tour = float(np.mean([self.estimate(o, self.station_x[0]) for o in self.orders]))
         self.mean_tour = mean_tour
         self.rate = float(p.utilization) * n_robots / mean_tour
         self.open: list[Order] = []
+        self._travel: dict[tuple[frozenset[int], int], float] = {}  # see travel_time
         self.released = 0
         self.delivered = 0
         self._order_event: simpy.Event | None = None
@@ -138,15 +192,16 @@ class WarehouseModel:
         return min(range(1, self.n_aisles, 2), key=lambda b: (abs(x - b), b))
 
     def plan(
-        self, picks: dict[int, dict[int, int]], x0: int, ascending: bool
+        self, aisles: Iterable[int], x0: int, ascending: bool
     ) -> tuple[list[tuple[int, bool]], float]:
         """Aisles to traverse from the front at ``x0``, each with a pick flag, and travel time.
 
-        Aisles with lines are visited in a sweep; when the next one is entered from the
-        other cross-aisle the robot passes through the best aisle of the opposite direction
-        (picking there too if it holds lines) and finally returns to the front.
+        The ``aisles`` with lines (a pick list's keys will do) are visited in a sweep; when
+        the next one is entered from the other cross-aisle the robot passes through the best
+        aisle of the opposite direction (picking there too if it holds lines) and finally
+        returns to the front.
         """
-        remaining = sorted(picks, reverse=not ascending)
+        remaining = sorted(aisles, reverse=not ascending)
         end, x, t, route = FRONT, x0, 0.0, []
         traverse = self.length * self.cell_time
         pitch, via = self.pitch_time, self.via
@@ -161,27 +216,54 @@ class WarehouseModel:
             route.append((b, pick))
             end, x = 1 - end, b
         if end == BACK:
-            b = self._home(x)
+            b = self.home[x]
             t += abs(x - b) * pitch + traverse
             route.append((b, False))
             x = b
-        t += min(abs(x - sx) for sx in self.station_x) * pitch
+        t += self.to_station[x] * pitch
         return route, t
 
     def best_plan(
-        self, picks: dict[int, dict[int, int]], x0: int
+        self, aisles: Iterable[int], x0: int
     ) -> tuple[list[tuple[int, bool]], float]:
         """The shorter of the two sweeps from ``x0``."""
-        up, down = self.plan(picks, x0, True), self.plan(picks, x0, False)
+        up, down = self.plan(aisles, x0, True), self.plan(aisles, x0, False)
         return up if up[1] <= down[1] else down
 
     def tour_time(self, orders: list[Order], x0: int) -> float:
         """Expected time to pick and drop ``orders`` in one tour from ``x0`` (no blocking)."""
         if not orders:
             return 0.0
-        lines = sum(o.lines for o in orders)
-        travel = self.best_plan(merge(orders), x0)[1]
-        return travel + lines * self.pick_time + len(orders) * self.drop_time
+        aisles = frozenset().union(*(o.aisles for o in orders))
+        return self._tour_time(aisles, sum(o.lines for o in orders), len(orders), x0)
+
+    def added_times(self, batch: list[Order], x0: int, orders: list[Order]) -> list[float]:
+        """For each of ``orders``: what adding it to ``batch`` adds to ``tour_time``."""
+        aisles = frozenset().union(*(o.aisles for o in batch))
+        lines, count = sum(o.lines for o in batch), len(batch)
+        base = self._tour_time(aisles, lines, count, x0)
+        return [
+            self._tour_time(aisles.union(o.aisles), lines + o.lines, count + 1, x0) - base
+            for o in orders
+        ]
+
+    def _tour_time(self, aisles: frozenset[int], lines: int, count: int, x0: int) -> float:
+        travel = self.travel_time(aisles, x0)
+        return travel + lines * self.pick_time + count * self.drop_time
+
+    def travel_time(self, aisles: frozenset[int], x0: int) -> float:
+        """Travel time of the shorter sweep through ``aisles`` from ``x0``.
+
+        Remembered (up to ``TRAVEL_MEMO`` tours at a time): robots price the same aisles
+        from the same station again and again.
+        """
+        key = (aisles, x0)
+        t = self._travel.get(key)
+        if t is None:
+            if len(self._travel) >= TRAVEL_MEMO:
+                self._travel.clear()
+            t = self._travel[key] = self.best_plan(aisles, x0)[1]
+        return t
 
     def estimate(self, order: Order, x0: float) -> float:
         """Expected time of a tour for ``order`` alone from ``x0`` (approximate, cheap)."""
@@ -193,7 +275,7 @@ class WarehouseModel:
     def _new_order(self, k: int) -> Order:
         rng, L = self.rng, self.length
         n = int(rng.integers(1, self.max_lines + 1))
-        aisles = rng.choice(self.n_aisles, size=n, p=self._aisle_p)
+        aisles = self._aisle_cdf.searchsorted(rng.random(n), side="right")
         cells = rng.integers(0, L, size=n)
         picks: dict[int, dict[int, int]] = {}
         for a, y in zip(aisles.tolist(), cells.tolist(), strict=True):
@@ -280,12 +362,14 @@ class WarehouseModel:
             yield sim.timeout(abs(sx - x) * self.pitch_time)
             self.x[r] = float(sx)
         self.station_load[station] += 1
-        with self.stations[station].request() as req:
-            yield req
-            for _ in batch:
-                yield sim.timeout(self.drop_time * float(rng.uniform(0.8, 1.2)))
-                self.delivered += 1
-                self.on_count(-1)
+        spot = self.stations[station]
+        if not spot.take_now():
+            yield spot.request()
+        for _ in batch:
+            yield sim.timeout(self.drop_time * float(rng.uniform(0.8, 1.2)))
+            self.delivered += 1
+            self.on_count(-1)
+        spot.release()
         self.station_load[station] -= 1
         self.busy[r] = False
         if self.delivered == self.n_orders:
@@ -297,8 +381,8 @@ class WarehouseModel:
         cells, path = self.cells[a], self.path[a]
         cell_time = self.cell_time
         self.aisle_load[a] += 1
-        req = cells[path[0]].request()
-        yield req
+        if not cells[path[0]].take_now():
+            yield cells[path[0]].request()
         last = len(path) - 1
         for k, y in enumerate(path):
             self.y[r] = float(y)
@@ -306,14 +390,9 @@ class WarehouseModel:
                 items = picks[y]
                 yield sim.timeout(items * self.pick_time * float(rng.uniform(0.5, 1.5)))
                 self.lines_left[r] -= items
-            if k < last:
-                nxt = cells[path[k + 1]].request()
-                yield nxt
-                yield sim.timeout(cell_time)
-                cells[y].release(req)
-                req = nxt
-            else:
-                yield sim.timeout(cell_time)  # step out onto the cross-aisle
-                cells[y].release(req)
+            if k < last and not cells[path[k + 1]].take_now():
+                yield cells[path[k + 1]].request()  # hold this cell until the next is free
+            yield sim.timeout(cell_time)  # move on (from the last cell: onto the cross-aisle)
+            cells[y].release()
         self.aisle_load[a] -= 1
         self.y[r] = -1.0 if a % 2 == 1 else float(self.length)
