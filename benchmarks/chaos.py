@@ -1,4 +1,4 @@
-"""A long chaos run of the vector backends (see ``deszoo/vector/chaos.py``).
+"""A long chaos run of the vector backends (see ``tests/chaos_harness.py``).
 
 Injects faults (SIGKILL, SIGSTOP of workers, SIGINT in the parent, exceptions and exits
 inside envs) at random steps, checks every result row against an undisturbed replay, and
@@ -10,6 +10,7 @@ anything went wrong.
     python benchmarks/chaos.py --backend ray --workers 2 --faults 50 --timeout 5
     python benchmarks/chaos.py --backend shm,supersuit --envs 6 --batch-size 3   # async
     python benchmarks/chaos.py --backend raynode --timeout 5      # Ray, per_node=True
+    python benchmarks/chaos.py --backend raynode --timeout 5 --pools 2 --batch-size 3
 """
 
 from __future__ import annotations
@@ -19,8 +20,17 @@ import json
 import logging
 import sys
 from collections import Counter
+from pathlib import Path
 
-from deszoo.vector.chaos import HARNESS_KINDS, POINTS, ChaosConfig, ChaosReport, run_chaos
+# The harness is the tests' own machinery, next to them (not in the package).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from chaos_harness import (  # noqa: E402
+    HARNESS_KINDS,
+    POINTS,
+    ChaosConfig,
+    ChaosReport,
+    run_chaos,
+)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,6 +69,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a registered scenario (default: the toy env of deszoo.vector.testing)")
     p.add_argument("--preset", default=None, help="the scenario's preset")
     p.add_argument("--start-method", default=None, help="fork, spawn or forkserver")
+    p.add_argument("--pools", type=int, default=None,
+                   help="raynode: split Ray's first node into this many node actors (one pool "
+                        "each), as a cluster of that many nodes would have")
     p.add_argument("--json", default=None, help="write the reports to this file")
     p.add_argument("-v", "--verbose", action="store_true", help="a line per vector env")
     return p.parse_args(argv)
@@ -97,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
 
             if not ray.is_initialized():
                 ray.init(address="local", include_dashboard=False, log_to_driver=False)
+            if args.pools and cfg.options.get("per_node"):
+                node = ray.get_runtime_context().get_node_id()
+                cfg.options["nodes"] = [(node, 1)] * args.pools
         rep = run_chaos(cfg, echo=print if args.verbose else None)
         if backend in ("supersuit0", "raynode"):
             rep.backend = backend

@@ -1,5 +1,6 @@
 """Side by side on a Ray cluster: ``shm``, ``ray`` (one actor per env group) and ``ray`` with
-``per_node=True`` (one actor per node, each running a ``shm`` pool).
+``per_node=True`` (one actor per node, each running a ``shm`` pool), its steps through the
+step channels (the default) and through Ray calls (``step_channel=False``).
 
 Run it on a cluster you started (``--address auto``), or let it start a local one of
 ``--nodes`` nodes on this machine (``ray.cluster_utils.Cluster``, stopped at the end)::
@@ -38,6 +39,7 @@ def backends(cpus: int, shm_workers: int) -> list[tuple[str, dict]]:
     return [
         (f"shm ({shm_workers} workers)", dict(backend="shm", num_workers=shm_workers)),
         (f"ray per group ({cpus} actors)", dict(backend="ray", num_workers=cpus)),
+        ("ray per_node, Ray calls", dict(backend="ray", per_node=True, step_channel=False)),
         ("ray per_node", dict(backend="ray", per_node=True)),
     ]
 
@@ -65,9 +67,10 @@ def measure(scenario: str, num_envs: int, seconds: float, slice_s: float, cpus: 
                 where = f", on {len({nid for _, nid in r.vec.worker_nodes()})} nodes"
             lines.append(f"  {r.label:24s} {rate:9.0f} env-steps/s, parent "
                          f"{1e6 * r.parent_cpu / r.steps:6.1f} us CPU per env step{where}")
-        shm, group, node = (rates[label] for label, _ in backends(cpus, shm_workers))
-        lines.append(f"  per_node / shm {node / shm:.2f}x, per_node / per group "
-                     f"{node / group:.2f}x, per group / shm {group / shm:.2f}x")
+        shm, group, calls, node = (rates[label] for label, _ in backends(cpus, shm_workers))
+        lines.append(f"  per_node / shm {node / shm:.2f}x (with Ray calls {calls / shm:.2f}x), "
+                     f"per_node / per group {node / group:.2f}x, per group / shm "
+                     f"{group / shm:.2f}x")
         return lines
     finally:
         for r in runners:

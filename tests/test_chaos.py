@@ -1,5 +1,6 @@
-"""Chaos on every backend (deszoo.vector.chaos): random faults, every result row checked
-against an undisturbed replay, no hang, no process or /dev/shm entry left behind.
+"""Chaos on every backend (tests/chaos_harness.py): random faults, every result row checked
+against an undisturbed replay, no hang, no process or /dev/shm entry left behind; and the
+vector env's fault points, each reached.
 
 The longer run is ``python benchmarks/chaos.py``; these are short, bounded ones, and tests
 that the harness itself fails when a backend is wrong.
@@ -14,12 +15,7 @@ import signal
 
 import numpy as np
 import pytest
-from conftest import HAS_RAY
-
-from deszoo.errors import WorkerTimeoutError
-from deszoo.vector import base as vec_base
-from deszoo.vector import make_vec
-from deszoo.vector.chaos import (
+from chaos_harness import (
     ChaosConfig,
     ChaosFactory,
     ChaosReport,
@@ -34,7 +30,13 @@ from deszoo.vector.chaos import (
     run_chaos,
     running,
 )
-from deszoo.vector.shm import ShmVecEnv
+from conftest import HAS_RAY
+
+from deszoo.errors import WorkerTimeoutError
+from deszoo.vector import base as vec_base
+from deszoo.vector import make_vec
+from deszoo.vector.base import FAULT_POINTS, State
+from deszoo.vector.shm import ShmTransport
 from deszoo.vector.testing import ToyEnv, legal_last
 
 # name: make_vec options, steps, harness faults
@@ -130,7 +132,7 @@ def test_harness_sees_a_fault_spill_over_to_other_envs(monkeypatch):
 
 def test_harness_sees_processes_left_behind(monkeypatch):
     """... and one whose close leaves its workers running."""
-    monkeypatch.setattr(ShmVecEnv, "_shutdown", lambda self: None)
+    monkeypatch.setattr(ShmTransport, "close", lambda self: None)
     rep = run_chaos(small(kinds=("sigint",), faults=2, steps=10))
     assert rep.leaked_processes >= 2 and rep.divergent_rows == 0
 
@@ -217,7 +219,7 @@ def test_ctrl_c_between_hand_out_and_wait(backend):
         for t in range(4):
             acts = _policy(replay.mask, rng)
             if t == 1:
-                interrupt = _Interrupt(vec, "_collect", "enter")
+                interrupt = _Interrupt(vec, "wait")
                 with pytest.raises(KeyboardInterrupt):
                     vec.step(acts)
                 interrupt.restore()
@@ -253,6 +255,26 @@ def test_same_step_truncation_does_not_stick(backend):
         vec.close()
 
 
+class KillAt:
+    """A fault hook that SIGKILLs worker ``worker`` when a call passes fault point ``point``
+    (after ``after`` has been passed, if given), once."""
+
+    def __init__(self, vec, worker: int, point: str, after: str | None = None):
+        self.vec, self.worker, self.point, self.after = vec, worker, point, after
+        self.armed = after is None
+        self.killed = None
+
+    def __call__(self, name: str) -> None:
+        if name == self.after:
+            self.armed = True
+        elif name == self.point and self.armed and self.killed is None:
+            ident = proc_id(self.vec.worker_pids()[self.worker])
+            os.kill(ident[0], signal.SIGKILL)
+            while running(ident) and _stat(ident[0])[0] != "Z":
+                pass
+            self.killed = ident
+
+
 @pytest.mark.parametrize("backend", ["shm", "supersuit"])
 @pytest.mark.parametrize("command", ["reset", "rebuild"])
 def test_worker_lost_during_a_repair_is_replaced(backend, command):
@@ -266,17 +288,6 @@ def test_worker_lost_during_a_repair_is_replaced(backend, command):
     vec = make_vec(factory, 4, backend=backend, num_workers=2, seed=10, timeout=5.0,
                    on_error="restart", autoreset_mode="SameStep" if same_step else "NextStep")
     replay = Replay.of(vec, factory)
-    post = vec._post
-
-    def kill_first(w, cmd, payload):
-        if cmd == command:
-            vec.__dict__.pop("_post")
-            ident = proc_id(vec.worker_pids()[w.index])
-            os.kill(ident[0], signal.SIGKILL)
-            while running(ident) and _stat(ident[0])[0] != "Z":
-                pass
-        return post(w, cmd, payload)
-
     rng = np.random.default_rng(0)
     try:
         vec.reset()
@@ -285,11 +296,17 @@ def test_worker_lost_during_a_repair_is_replaced(backend, command):
             acts = _policy(replay.mask, rng)
             lost = set()
             if t == 1:
-                vec._post = kill_first
-                if same_step:  # worker 1 killed: its replacement dies before its reset
+                if same_step:  # worker 1 killed; its replacement dies before its reset
                     os.kill(vec.worker_pids()[1], signal.SIGKILL)
+                    hook = KillAt(vec, 1, "taken", after="restart")
+                else:  # env 3 raises; its worker dies before the rebuild
+                    hook = KillAt(vec, 1, "handle")
+                vec.fault_hook = hook
                 lost = {1}
             obs, rew, term, trunc, infos = vec.step(acts)
+            if t == 1:
+                assert hook.killed is not None
+                vec.fault_hook = None
             replay.step(acts, lost)
             got = dict(obs=obs, rew=rew, term=term, trunc=trunc, **infos)
             bad, notes = compare(got, replay.exp, replay.timed)
@@ -323,3 +340,70 @@ def test_supersuit_same_step_rebuild_shows_the_new_episode(workers):
     finally:
         vec.close()
         replay.close()
+
+
+# ---- the fault points themselves -------------------------------------------------------------
+
+POINT_RUNS = {
+    "roundrobin": dict(backend="roundrobin"),
+    "supersuit0": dict(backend="supersuit", num_workers=0),
+    "supersuit2": dict(backend="supersuit", num_workers=2),
+    "shm2": dict(backend="shm", num_workers=2),
+    "shm2-async": dict(backend="shm", num_workers=2, batch_size=2),
+}
+if HAS_RAY:
+    POINT_RUNS["ray2"] = dict(backend="ray", num_workers=2)
+    POINT_RUNS["raynode"] = dict(backend="ray", per_node=True, num_workers=2)
+
+
+@pytest.mark.parametrize("name", sorted(POINT_RUNS))
+def test_every_fault_point_is_reached(name, backend_opts):
+    """Each declared fault point (FAULT_POINTS) is reached by the calls that pass it: a
+    step, an env that raises, a killed worker, a step cut short by Ctrl-C and the call that
+    finishes it. A point renamed or lost in a refactor fails here, not silently in chaos."""
+    opts = backend_opts(POINT_RUNS[name])
+    has_workers = opts["backend"] != "roundrobin" and opts.get("num_workers", 2) > 1
+    factory = ChaosFactory(ToyEnv, FaultSchedule(at=((11, 1, 2, "raise"),)))  # env 1, step 2
+    vec = make_vec(factory, 4, seed=10, on_error="restart", timeout=5.0, **opts)
+    seen: list[str] = []
+    vec.fault_hook = seen.append
+    rng = np.random.default_rng(0)
+    try:
+        if vec.batch_size < vec.num_sims:  # async: recv/send pass the same points
+            vec.async_reset()
+            for t in range(8):
+                if t == 3 and has_workers:
+                    os.kill(vec.worker_pids()[0], signal.SIGKILL)
+                _, _, _, _, infos = vec.recv()
+                vec.send(_policy(infos["action_mask"], rng), infos["env_id"])
+            vec.reset()  # drains what is in flight
+        else:
+            _, infos = vec.reset()
+            for t in range(4):
+                if t == 2 and has_workers:
+                    os.kill(vec.worker_pids()[0], signal.SIGKILL)
+                *_, infos = vec.step(_policy(infos["action_mask"], rng))
+            acts = _policy(infos["action_mask"], rng)
+
+            def cut(point: str) -> None:
+                seen.append(point)
+                if point == "wait":
+                    vec.fault_hook = seen.append
+                    raise KeyboardInterrupt
+
+            vec.fault_hook = cut
+            with pytest.raises(KeyboardInterrupt):
+                vec.step(acts)
+            assert vec.state is State.INTERRUPTED
+            vec.step(acts)
+            assert vec.state is State.READY
+    finally:
+        vec.close()
+    expected = set(FAULT_POINTS)
+    if not has_workers:
+        expected.discard("restart")  # no worker to lose
+    if vec.batch_size < vec.num_sims:
+        expected -= {"before", "after", "settle"}  # sync step() and a cut-short call only
+        expected.add("after")  # recv() copies its rows out too
+    assert set(seen) >= expected, f"never reached: {sorted(expected - set(seen))}"
+    assert set(seen) <= set(FAULT_POINTS), f"undeclared: {sorted(set(seen) - set(FAULT_POINTS))}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 import pytest
@@ -442,11 +443,12 @@ def test_make_vec_rejects_bad_arguments():
         make_vec("jobshop_v0", 2, backend="roundrobin", autoreset_mode="next")
     with pytest.raises(ConfigError, match="fork"):
         make_vec("jobshop_v0", 2, backend="shm", start_method="fok")
-    with pytest.raises(ConfigError, match="starts no processes"):
+    with pytest.raises(ConfigError, match="start_method='spawn' is not an option of this "
+                                          "backend .*'shm'"):
         make_vec("jobshop_v0", 2, backend="roundrobin", start_method="spawn")
     with pytest.raises(ConfigError, match="runs every env in the calling process"):
         make_vec("jobshop_v0", 2, backend="roundrobin", num_workers=2)
-    with pytest.raises(ConfigError, match="must be an int >= 1"):
+    with pytest.raises(ConfigError, match="num_workers=0 must be None or an int >= 1"):
         make_vec("jobshop_v0", 2, backend="shm", num_workers=0)
     with pytest.raises(ConfigError, match="more than num_envs"):
         make_vec("jobshop_v0", 2, backend="shm", num_workers=3)
@@ -459,6 +461,85 @@ def test_make_vec_rejects_bad_arguments():
             make_vec("jobshop_v0", 2, backend="roundrobin", seed=bad)
     with pytest.raises(ConfigError, match="batch_size"):
         make_vec("jobshop_v0", 4, backend="shm", num_workers=2, batch_size=3)
+
+
+# option, a wrong value, what the message says is expected (issue 19: these were accepted)
+WRONG_TYPES = [
+    ("timeout", True, "a number > 0"),
+    ("timeout", "5", "a number > 0"),
+    ("timeout", float("inf"), "a number > 0"),
+    ("copy", "x", "a bool"),
+    ("copy", 1, "a bool"),
+    ("on_error", True, "one of 'raise', 'restart'"),
+    ("batch_size", 2.0, "None or an int >= 1"),
+    ("num_workers", True, "None or an int >= 1"),
+    ("num_workers", 1.0, "None or an int >= 1"),
+    ("spin_us", "10", "None or a number >= 0"),
+    ("close_timeout", None, "a number >= 0"),
+    ("start_method", 3, "None or a str"),
+]
+
+
+@pytest.mark.parametrize("name, value, expects", WRONG_TYPES,
+                         ids=[f"{n}={v!r}" for n, v, _ in WRONG_TYPES])
+def test_make_vec_checks_option_types(name, value, expects):
+    """A value of the wrong type is a ConfigError naming the option, before any env is
+    built; every local backend checks the options it shares with the others alike."""
+    backends = [b for b in ("roundrobin", "supersuit", "shm")
+                if name in {o.name for o in deszoo.vector.BACKENDS[b].declared()}]
+    assert "shm" in backends
+    for backend in backends:
+        said = re.escape(f"{name}={value!r} must be ")
+        if backend == "shm":  # the others may accept other values (num_workers)
+            said += re.escape(expects)
+        with pytest.raises(ConfigError, match=said):
+            make_vec(toy(), 2, backend=backend, **{name: value})
+
+
+def test_options_are_declared_once_and_documented():
+    """Each backend declares its options (name, default, what is accepted); make_vec reads
+    them from there, and docs/vector.md documents every one of them."""
+    from pathlib import Path
+
+    from deszoo.vector import BACKENDS, option_names
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "vector.md").read_text()
+    for name, backends in option_names().items():
+        assert f"`{name}`" in doc, f"option {name!r} ({backends}) is not in docs/vector.md"
+    for cls in BACKENDS.values():
+        names = [o.name for o in cls.declared()]
+        assert len(names) == len(set(names)), cls
+        for o in cls.declared():
+            assert o.expects and o.doc and (o.default is None or o.accepts(o.default)), o
+
+
+def test_a_registered_backend_needs_no_change_to_make_vec(monkeypatch):
+    """A new backend declares its own option; make_vec accepts and checks it as declared."""
+    from deszoo.vector import BACKENDS, register_backend
+    from deszoo.vector.options import option
+    from deszoo.vector.roundrobin import RoundRobinVecEnv
+
+    class Loud(RoundRobinVecEnv):
+        backend = "loud"
+        options = (*RoundRobinVecEnv.options, option("volume", 3, "int", "how loud", minimum=0))
+
+        def _transport(self, opts):
+            self.volume = opts["volume"]
+            return super()._transport(opts)
+
+    monkeypatch.setitem(BACKENDS, "loud", BACKENDS["roundrobin"])
+    register_backend("loud", Loud)
+    vec = make_vec(toy(), 2, backend="loud", volume=7)
+    try:
+        assert vec.volume == 7 and vec.reset()[0].shape == (6, 3)
+    finally:
+        vec.close()
+    with pytest.raises(ConfigError, match="volume=-1 must be an int >= 0"):
+        make_vec(toy(), 2, backend="loud", volume=-1)
+    with pytest.raises(ConfigError, match="volume=1 is not an option of this backend .*'loud'"):
+        make_vec(toy(), 2, backend="shm", volume=1)
+    with pytest.raises(ConfigError, match="not a DeszooVecEnv"):
+        register_backend("bad", object)
 
 
 def test_num_workers_default_and_uneven_split():

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -379,13 +380,13 @@ def test_interrupted_step_is_finished_by_the_next_call(name, backend_opts):
         _, infos = vec.reset()
         ref.reset()
         acts = legal_last(infos["action_mask"])
-        original = vec._poll
 
-        def interrupted(*args):
-            vec._poll = original
-            raise KeyboardInterrupt
+        def interrupted(point):
+            if point == "wait":  # Ctrl-C while the workers step
+                vec.fault_hook = None
+                raise KeyboardInterrupt
 
-        vec._poll = interrupted
+        vec.fault_hook = interrupted
         with pytest.raises(KeyboardInterrupt):
             vec.step(acts)
         *_, ref_infos = ref.step(acts)
@@ -408,24 +409,108 @@ def test_interrupted_hand_out_reaches_every_worker():
         _, infos = vec.reset()
         ref.reset()
         acts = legal_last(infos["action_mask"])
-        original = vec._ring
-        calls = []
 
-        def ring_then_interrupt(p):
-            original(p)
-            calls.append(p)
-            if len(calls) == 1:
-                raise KeyboardInterrupt  # after the first worker's doorbell
+        def interrupt_hand_out(point):
+            if point == "handout":  # after the first worker's doorbell
+                vec.fault_hook = None
+                raise KeyboardInterrupt
 
-        vec._ring = ring_then_interrupt
+        vec.fault_hook = interrupt_hand_out
         with pytest.raises(KeyboardInterrupt):
             vec.step(acts)
-        vec._ring = original
         *_, ref_infos = ref.step(acts)
         start = time.monotonic()
         acts = legal_last(ref_infos["action_mask"])
         np.testing.assert_array_equal(vec.step(acts)[0], ref.step(acts)[0])
         assert time.monotonic() - start < 2.0
+    finally:
+        vec.close()
+        ref.close()
+
+
+ORPHAN_SCRIPT = """
+import sys, time
+from deszoo.vector import make_vec
+
+if __name__ == "__main__":
+    backend, start_method = sys.argv[1], sys.argv[2]
+    vec = make_vec("jobshop_v0", 2, backend=backend, num_workers=2, preset="small",
+                   start_method=None if start_method == "default" else start_method)
+    vec.reset()
+    print(" ".join(map(str, vec.worker_pids())), flush=True)
+    time.sleep(120)
+"""
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+@pytest.mark.parametrize("backend, start_method", [
+    ("shm", "default"), ("shm", "spawn"), ("supersuit", "default"),
+])
+def test_stopped_workers_die_with_a_killed_parent(backend, start_method):
+    """Issue 19: a SIGSTOPped worker outlived a SIGKILLed parent for good (state T, ppid 1).
+    Workers now ask the kernel for SIGKILL when their parent dies (PR_SET_PDEATHSIG), which
+    reaches a stopped process too; the idle one goes as well."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_SCRIPT, backend, start_method], stdout=subprocess.PIPE,
+        text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2, pids
+        os.kill(pids[0], signal.SIGSTOP)
+        deadline = time.monotonic() + 5.0
+        while _state(pids[0]) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(pids[0]) == "T"
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10.0
+    left = pids
+    while left and time.monotonic() < deadline:
+        left = [p for p in pids if _state(p) not in (None, "Z", "X")]  # gone, or a zombie
+        time.sleep(0.05)
+    for p in left:  # clean up before failing
+        os.kill(p, signal.SIGKILL)
+    assert not left, f"workers {left} outlived their killed parent"
+
+
+@pytest.mark.parametrize("name", sorted(PROCESS_BACKENDS))
+def test_sigint_to_workers_changes_nothing(name, backend_opts):
+    """Ctrl-C is the parent's (issue 19): a terminal's Ctrl-C reaches every process of its
+    foreground group, workers included. A SIGINT to a worker, idle or in the middle of a
+    step, changes nothing: no error, no restart, the same results as roundrobin (SuperSuit's
+    workers used to restart their envs, Ray's to fail the step)."""
+    vec = make_vec(toy(fail_at=2, fail_kind="hang", hang_s=0.6), 4, seed=3, timeout=30.0,
+                   **backend_opts(PROCESS_BACKENDS[name]))
+    ref = make_vec(toy(), 4, seed=3, backend="roundrobin")
+    try:
+        _, infos = vec.reset()
+        ref.reset()
+        pids = vec.worker_pids()
+        targets = set(pids) | set(getattr(vec, "actor_pids", list)())
+        for pid in targets:  # idle
+            os.kill(pid, signal.SIGINT)
+        acts = legal_last(infos["action_mask"])
+        out = vec.step(acts)
+        np.testing.assert_array_equal(out[0], ref.step(acts)[0])
+        acts = legal_last(out[4]["action_mask"])
+        # Mid-step: every env sleeps 0.6 s in its second step.
+        timer = threading.Timer(0.3, lambda: [os.kill(p, signal.SIGINT) for p in targets])
+        timer.start()
+        out = vec.step(acts)
+        timer.join()
+        np.testing.assert_array_equal(out[0], ref.step(acts)[0])
+        assert not out[4]["restarted"].any() and vec.worker_pids() == pids
     finally:
         vec.close()
         ref.close()

@@ -49,15 +49,16 @@ def test_actors_split_envs_and_use_the_running_ray():
 
 
 def test_ray_rejects_bad_arguments():
-    with pytest.raises(ConfigError, match="start_method"):
+    with pytest.raises(ConfigError, match="start_method='spawn' is for per_node=True only"):
         make_vec(toy(), 2, backend="ray", start_method="spawn")
-    with pytest.raises(ConfigError, match="ray"):
+    with pytest.raises(ConfigError, match="not an option of this backend .*'ray'"):
         make_vec(toy(), 2, backend="shm", address="auto")
-    with pytest.raises(ConfigError, match="boot_timeout"):
-        from deszoo.vector import _spec
-        from deszoo.vector.ray_backend import RayVecEnv
-
-        RayVecEnv(_spec(toy(), 2, {}), boot_timeout=0)
+    with pytest.raises(ConfigError, match="boot_timeout=0 must be None or a number > 0"):
+        make_vec(toy(), 2, backend="ray", boot_timeout=0)
+    with pytest.raises(ConfigError, match="per_node=1 must be a bool"):
+        make_vec(toy(), 2, backend="ray", per_node=1)
+    with pytest.raises(ConfigError, match="actor_options=.* must be None or a dict"):
+        make_vec(toy(), 2, backend="ray", actor_options=[("num_cpus", 1)])
 
 
 def test_async_mode_on_ray():
@@ -129,7 +130,9 @@ def make_pools(env, num_envs, chunk_bytes=None, **kwargs):
         cls = type("SmallChunks", (RayNodeVecEnv,), {"chunk_bytes": chunk_bytes})
     node = ray.get_runtime_context().get_node_id()
     env_kwargs = {k: kwargs.pop(k) for k in ("preset", "max_steps") if k in kwargs}
-    return cls(_spec(env, num_envs, env_kwargs), nodes=[(node, 1), (node, 2)], **kwargs)
+    seed = kwargs.pop("seed", 0)
+    return cls.create(_spec(env, num_envs, env_kwargs), seed, nodes=[(node, 1), (node, 2)],
+                      per_node=True, **kwargs)
 
 
 @pytest.mark.parametrize("scenario, mode", [
@@ -150,6 +153,25 @@ def test_per_node_pools_are_bit_identical(scenario, mode):
     finally:
         vec.close()
         ref.close()
+
+
+@pytest.mark.parametrize("step_channel", [True, False])
+def test_per_node_steps_through_the_channel_or_ray_alike(step_channel):
+    """A whole node's step goes through its step channel (a TCP connection to its actor)
+    by default, or through a Ray call with step_channel=False; both give roundrobin's bytes,
+    in both autoreset modes."""
+    for mode in ("NextStep", "SameStep"):
+        ref = make_vec("ridehail_v0", 5, backend="roundrobin", seed=3, autoreset_mode=mode,
+                       **scenario_kwargs("ridehail_v0"))
+        vec = make_pools("ridehail_v0", 5, seed=3, autoreset_mode=mode,
+                         step_channel=step_channel, **scenario_kwargs("ridehail_v0"))
+        try:
+            socks = [node.sock is not None for node in vec.transport.nodes]
+            assert socks == [step_channel] * 2
+            assert_same_rollouts(rollout(ref, 40), rollout(vec, 40), f"{mode} {step_channel}")
+        finally:
+            vec.close()
+            ref.close()
 
 
 def test_per_node_layout_and_arguments():
@@ -181,7 +203,7 @@ def test_per_node_layout_and_arguments():
     from deszoo.vector.ray_nodes import RayNodeVecEnv
 
     with pytest.raises(ConfigError, match="nodes"):
-        RayNodeVecEnv(_spec(toy(), 2, {}), nodes=[("x", 0)])
+        RayNodeVecEnv.create(_spec(toy(), 2, {}), nodes=[("x", 0)], per_node=True)
 
 
 @pytest.mark.parametrize("on_error", ["raise", "restart"])
@@ -288,13 +310,14 @@ def test_per_node_late_pool_reply_keeps_the_healthy_worker(monkeypatch, batch_si
     timeout is made 1 s longer than the parent's: its reply comes 1 s late."""
     from deszoo.vector.ray_nodes import RayNodeVecEnv
 
-    setup = RayNodeVecEnv._setup
+    transport = RayNodeVecEnv._transport
 
-    def late_pool(self):
-        setup(self)
-        self._pool_options["timeout"] = self.timeout + 1.0
+    def late_pool(self, opts):
+        t = transport(self, opts)
+        t.pool_options["timeout"] = self.timeout + 1.0
+        return t
 
-    monkeypatch.setattr(RayNodeVecEnv, "_setup", late_pool)
+    monkeypatch.setattr(RayNodeVecEnv, "_transport", late_pool)
     vec = make_vec(toy(), 4, backend="ray", per_node=True, num_workers=2, seed=0,
                    timeout=2.0, on_error="restart", batch_size=batch_size)
     try:

@@ -1,18 +1,26 @@
-"""The interface every vector backend shares (a Gymnasium 1.x ``VectorEnv`` over agents),
-and the one worker lifecycle behind it.
+"""The interface every vector backend shares (a Gymnasium 1.x ``VectorEnv`` over agents):
+one lifecycle, a state machine, over a transport.
 
 Rows are env-major, agent-minor: row ``r`` is agent ``r % n`` of env ``r // n`` (``n``
 agents per env), as SuperSuit's ``pettingzoo_env_to_vec_env_v1`` lays them out. See
-``docs/vector.md`` for the semantics (seeding, autoreset, dead agents, faults).
+``docs/vector.md`` for the semantics (seeding, autoreset, dead agents, faults, Ctrl-C).
 
-:class:`DeszooVecEnv` owns the lifecycle: the workers (each hosts an
-:class:`~deszoo.vector._host.EnvGroup` of consecutive envs), their boot, the commands in
-flight, deadlines, faults and restarts, seeding, and the Gymnasium API (sync ``step``,
-async ``send``/``recv``, ``reset`` with ``reset_mask``, ``call``/``get_attr``/
-``set_attr``). A backend is a transport with five methods: :meth:`_launch` a worker,
-:meth:`_post` a command to it, :meth:`_poll` for replies until a deadline, :meth:`_kill`
-a worker and :meth:`_shutdown` them all. Results travel in :class:`Buffers`: shared
-memory (``shm``) or copied there from the replies (``ray``, ``supersuit``).
+Three pieces:
+
+* :class:`State` and :data:`NEXT`: where a vector env is and where it may go from there.
+  :class:`DeszooVecEnv` changes state only through ``_to``, which checks the table, and
+  checks what a call may do in each state in one place (``_enter``).
+* :class:`Transport`: how a backend reaches its workers, and all it implements: ``start``
+  a worker, ``post`` a command to some workers, ``poll`` for their replies until a deadline,
+  ``stop`` a worker, ``close``; optionally a fused sync ``step`` (the ``shm`` fast path).
+  Each worker hosts an :class:`~deszoo.vector._host.EnvGroup` of consecutive envs and writes
+  its results into :class:`~deszoo.vector._host.Buffers` (shared memory for ``shm``; copied
+  there from the replies for ``ray`` and ``supersuit``).
+* :data:`FAULT_POINTS`: the places a fault may strike in a call. The lifecycle and the
+  transports call ``fault_hook(point)`` there when one is set (tests inject Ctrl-C that way).
+
+A backend is a subclass of :class:`DeszooVecEnv` that declares its options
+(:mod:`deszoo.vector.options`) and builds its transport.
 """
 
 from __future__ import annotations
@@ -21,12 +29,13 @@ import contextlib
 import enum
 import logging
 import operator
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
@@ -46,8 +55,23 @@ from deszoo.errors import (
     WorkerTimeoutError,
 )
 from deszoo.vector._host import Buffers, Call, EnvFailure, Layout, restart_seed
+from deszoo.vector.options import Option, option
 
-__all__ = ["VecSpec", "DeszooVecEnv", "State", "Worker", "Reply", "step_seconds"]
+__all__ = [
+    "COMMON_OPTIONS",
+    "FAULT_POINTS",
+    "NEXT",
+    "DeszooVecEnv",
+    "Reply",
+    "State",
+    "Transport",
+    "VecSpec",
+    "Worker",
+    "post_guarded",
+    "sigint_deferred",
+    "step_seconds",
+    "usable_cores",
+]
 
 log = logging.getLogger("deszoo.vector")
 
@@ -64,6 +88,37 @@ _CALL_ERRORS: dict[str, type[Exception]] = {
 _CALL_ERRORS.update(
     (name, getattr(_errors, name)) for name in _errors.__all__
     if name not in ("SubEnvError",) and issubclass(getattr(_errors, name), ValueError)
+)
+
+# Where a fault may strike a call; the lifecycle and the transports call
+# ``fault_hook(point)`` at each (tests/chaos_harness.py lands Ctrl-C there).
+FAULT_POINTS: dict[str, str] = {
+    "before": "a step begins: nothing handed out yet",
+    "handout": "the first worker has its command, the others not yet (transport)",
+    "wait": "commands handed out, waiting for the replies",
+    "polled": "replies read from the transport, not yet taken",
+    "taken": "replies taken",
+    "handle": "faults seen, not yet repaired",
+    "restart": "a replacement worker started, not yet booted",
+    "marked": "the rows of restarted envs being marked",
+    "after": "the results being copied out",
+    "settle": "a call finishing what a call cut short left in flight",
+}
+
+_AUTORESET = ("NextStep", "SameStep", "Disabled")
+
+# The options every backend takes (each backend declares its own besides).
+COMMON_OPTIONS: tuple[Option, ...] = (
+    option("batch_size", None, "int", "envs per recv() (async mode) when below num_envs",
+           minimum=1, none=True),
+    option("timeout", 60.0, "number", "seconds to wait for a worker before it counts as hung",
+           positive=True),
+    option("on_error", "raise", "choice", "what a repaired fault does: raise it or log it",
+           choices=("raise", "restart")),
+    Option("autoreset_mode", "NextStep", "one of 'NextStep', 'SameStep', 'Disabled'",
+           lambda v: isinstance(v, AutoresetMode) or v in _AUTORESET,
+           "Gymnasium's autoreset mode"),
+    option("copy", True, "bool", "return copies (True) or views of the batch buffers"),
 )
 
 
@@ -106,25 +161,47 @@ class VecSpec:
 
 
 class State(enum.Enum):
-    """Where a vector env is: waiting for ``reset``, ready to step, failed or closed."""
+    """Where a vector env is (Gymnasium's ``AsyncState``, with faults and Ctrl-C)."""
 
-    NEEDS_RESET = "needs reset"
-    READY = "ready"
-    FAILED = "failed"
+    NEEDS_RESET = "needs reset"  # no episode yet: reset() or async_reset()
+    READY = "ready"  # every worker idle, results taken: step, reset, call
+    SENT = "sent"  # async mode: steps (or a reset) in flight: recv()
+    RECEIVED = "received"  # async mode: recv() gave a batch: send() its actions
+    INTERRUPTED = "interrupted"  # a call was cut short (Ctrl-C) with commands in flight
+    FAILED = "failed"  # a worker could not be replaced: close()
     CLOSED = "closed"
+
+
+_S = State
+# Every transition there is. INTERRUPTED goes back to where the cut-short call started,
+# once the next call has finished the commands it left in flight.
+NEXT: dict[State, frozenset[State]] = {
+    _S.NEEDS_RESET: frozenset({_S.READY, _S.SENT, _S.INTERRUPTED, _S.FAILED, _S.CLOSED}),
+    _S.READY: frozenset({_S.SENT, _S.INTERRUPTED, _S.FAILED, _S.CLOSED}),
+    _S.SENT: frozenset({_S.RECEIVED, _S.READY, _S.INTERRUPTED, _S.FAILED, _S.CLOSED}),
+    _S.RECEIVED: frozenset({_S.SENT, _S.READY, _S.INTERRUPTED, _S.FAILED, _S.CLOSED}),
+    _S.INTERRUPTED: frozenset({_S.NEEDS_RESET, _S.READY, _S.SENT, _S.RECEIVED, _S.FAILED,
+                               _S.CLOSED}),
+    _S.FAILED: frozenset({_S.CLOSED}),
+    _S.CLOSED: frozenset(),
+}
 
 
 @dataclass
 class Worker:
-    """The parent's record of one worker: its envs, the command in flight, its handle."""
+    """The parent's record of one worker: its envs, the command in flight, its handle.
+
+    ``command`` is the command handed out and not yet answered (``"boot"`` while it
+    starts; ``None`` when idle); ``handle`` is the transport's (process, actor, ...).
+    """
 
     index: int
     first: int
     count: int
     n_agents: int
     generation: int = 0
-    busy: str | None = None  # the command in flight
-    handle: Any = None  # the transport's (process, pipes, actor, ...)
+    command: str | None = None
+    handle: Any = None
 
     @property
     def sims(self) -> range:
@@ -151,6 +228,77 @@ class Reply:
     detail: str = ""
 
 
+class Transport:
+    """How a backend reaches its workers: the whole contract between a backend and the
+    lifecycle of :class:`DeszooVecEnv`.
+
+    The lifecycle marks nothing itself: ``start`` and ``post`` set ``w.command`` (what the
+    worker was handed), ``poll`` reports replies of workers that have a command (the
+    lifecycle clears it when it takes the reply). Results go to :attr:`bufs`.
+
+    Attributes:
+        bufs: the batch buffers (commands read actions from ``bufs.act``).
+        idempotent: ``post`` and ``poll`` may be cut short by Ctrl-C and called again (a
+            worker is never handed one command twice, a reply read is read again until it
+            is taken); otherwise the lifecycle holds Ctrl-C off around them.
+        grace: seconds added to every deadline (a transport whose workers report hung
+            ones themselves).
+        hook: the vector env's fault hook (see :data:`FAULT_POINTS`), or ``None``.
+    """
+
+    bufs: Buffers
+    idempotent: bool = False
+    grace: float = 0.0
+    hook: Callable[[str], None] | None = None
+
+    def start(self, w: Worker, reset_seeds: list | None) -> None:
+        """Start worker ``w`` (``w.command = "boot"``); it answers ``"booted"`` or
+        ``"boot_failed"`` through :meth:`poll`. ``reset_seeds``: its envs start as needing
+        a reset with these seeds (a replacement)."""
+        raise NotImplementedError
+
+    def post(self, ws: Sequence[Worker], command: str, payloads: Any) -> None:
+        """Hand ``command`` to each worker of ``ws`` (``w.command = command``).
+
+        ``payloads``: one per worker by index (a dict), or one for all. A worker that turns
+        out to be gone is reported by the next :meth:`poll`.
+        """
+        raise NotImplementedError
+
+    def poll(self, deadline: float, want: int) -> list[Reply]:
+        """Replies of workers with a command (and their deaths), waiting at most until
+        ``deadline`` for ``want`` of them (a hint: returning as soon as there is one is
+        fine; past the deadline, the replies there are, without waiting). Results are in
+        :attr:`bufs` when a reply is returned."""
+        raise NotImplementedError
+
+    def stop(self, w: Worker) -> None:
+        """Stop worker ``w`` at once and forget its handle (``w.handle = None``)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop every worker (politely, then by force); idempotent."""
+        raise NotImplementedError
+
+    def step(self, ws: Sequence[Worker], same_step: bool, deadline: float) -> list[Reply] | None:
+        """A sync step of every worker (``ws``): post it and, if the transport can, wait.
+
+        Returns ``None`` when every worker answered ``ok`` with nothing to report (the
+        results in :attr:`bufs`, every worker idle), else the replies it has (possibly
+        none); the lifecycle collects the rest. This default only posts.
+        """
+        post_guarded(self, ws, "step", same_step)
+        return []
+
+    def describe(self, w: Worker) -> str:
+        """A worker in words, for messages."""
+        return f"worker {w.index} (envs {w.first}..{w.first + w.count - 1})"
+
+    def pids(self) -> list[int]:
+        """Process ids of the live workers, by worker index (empty if in-process)."""
+        return []
+
+
 def step_seconds(infos: dict[str, Any], clock: np.ndarray) -> np.ndarray:
     """Each row's simulated length of the step that returned ``infos`` (``SameStep`` mode),
     given ``clock``, the rows' ``infos["sim_time"]`` before it. A row whose episode ended
@@ -167,10 +315,32 @@ def _split(sims: int, workers: int) -> list[tuple[int, int]]:
     return list(zip(firsts, counts, strict=True))
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (the default ``num_workers``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def resolve_workers(backend: str, num_sims: int, num_workers: int | None, default: int) -> int:
+    """The worker count: ``num_workers`` (checked against the envs) or ``default``, at most
+    one per env."""
+    if num_workers is None:
+        return max(1, min(default, num_sims))
+    if num_workers > num_sims:
+        raise ConfigError(
+            f"make_vec(backend={backend!r}): num_workers={num_workers} is more than "
+            f"num_envs={num_sims}: each worker hosts at least one env; lower num_workers (or "
+            "leave it out: the usable cores, at most one per env)"
+        )
+    return num_workers
+
+
 # Hot-path shortcut: enum members as module constants (reading one through its class
 # costs about a microsecond).
 _READY = State.READY
-_DISABLED = AutoresetMode.DISABLED
+_LIVE = (State.NEEDS_RESET, State.READY, State.SENT, State.RECEIVED)
 
 
 def _same(a: np.ndarray) -> np.ndarray:
@@ -181,20 +351,38 @@ def _same(a: np.ndarray) -> np.ndarray:
 def sigint_deferred() -> Iterator[None]:
     """Hold off Ctrl-C while commands are handed out (a half-sent batch is unrecoverable).
 
-    Costs two system calls; the ``shm`` step path has its own idempotent hand-out instead.
+    Costs two system calls; a transport whose hand-out can be done again (``idempotent``)
+    needs none.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def post_guarded(t: Transport, ws: Sequence[Worker], command: str, payloads: Any) -> None:
+    """``t.post`` such that a Ctrl-C never leaves a batch half handed out: held off, or,
+    for an idempotent transport, the hand-out done again in full before it propagates."""
+    if t.idempotent:
+        try:
+            t.post(ws, command, payloads)
+        except BaseException:
+            t.post(ws, command, payloads)
+            raise
+        return
+    with sigint_deferred():  # a Ctrl-C now is raised when the block ends
+        t.post(ws, command, payloads)
+
+
 class DeszooVecEnv(VectorEnv):
     """Base class of the backends: the lifecycle, spaces, seeding, checks, faults.
+
+    A backend sets :attr:`backend`, declares :attr:`options` and implements
+    :meth:`_transport`; :meth:`build` may pick a subclass or resolve the worker count.
 
     Attributes:
         num_envs: rows (``num_sims * agents_per_sim``), as Gymnasium counts sub-envs.
@@ -202,33 +390,40 @@ class DeszooVecEnv(VectorEnv):
         agents_per_sim: agents of each simulation (``possible_agents``).
         num_workers: workers (processes, actors; 1 for ``roundrobin``).
         backend: backend name (``"roundrobin"``, ``"supersuit"``, ``"shm"``, ...).
+        transport: how this vector env reaches its workers.
     """
 
-    backend: str = "base"
-    _bufs: Buffers  # every backend keeps its batch results here
+    backend: ClassVar[str] = "base"
+    # The backend's own options, besides COMMON_OPTIONS.
+    options: ClassVar[tuple[Option, ...]] = ()
+    transport: Transport
+    _bufs: Buffers
 
-    def __init__(
-        self,
-        spec: VecSpec,
-        seed: int | None = 0,
-        num_workers: int = 1,
-        batch_size: int | None = None,
-        timeout: float = 60.0,
-        on_error: str = "raise",
-        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
-    ):
-        if on_error not in ("raise", "restart"):
-            raise ConfigError(f"on_error={on_error!r}; valid: 'raise' or 'restart'")
-        try:
-            mode = AutoresetMode(autoreset_mode)
-        except ValueError:
-            raise ConfigError(
-                f"autoreset_mode={autoreset_mode!r}; valid: 'NextStep', 'SameStep', "
-                "'Disabled'"
-            ) from None
-        if not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
-            raise ConfigError(f"timeout={timeout!r} must be a positive number of seconds")
+    @classmethod
+    def declared(cls) -> tuple[Option, ...]:
+        """Every option this backend takes: :data:`COMMON_OPTIONS` and its own."""
+        return COMMON_OPTIONS + cls.options
+
+    @classmethod
+    def create(cls, spec: VecSpec, seed: int | None = 0, **given: Any) -> DeszooVecEnv:
+        """Check ``given`` against :meth:`declared`, then :meth:`build`."""
+        from deszoo.vector.options import check_options
+
+        opts = check_options(cls.declared(), given, f"make_vec(backend={cls.backend!r})")
+        return cls.build(spec, seed, opts)
+
+    @classmethod
+    def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
+        """A vector env of checked options ``opts`` (every declared one present)."""
+        return cls(spec, seed, opts)
+
+    @classmethod
+    def workers_for(cls, spec: VecSpec, num_workers: int | None) -> int:
+        """``num_workers`` checked against the envs, or the usable cores, at most one per
+        env."""
+        return resolve_workers(cls.backend, spec.num_sims, num_workers, usable_cores())
+
+    def __init__(self, spec: VecSpec, seed: int | None, opts: dict[str, Any]):
         self.sim_spec = spec
         self.layout = spec.layout
         self.num_sims = spec.num_sims
@@ -240,20 +435,23 @@ class DeszooVecEnv(VectorEnv):
         self.observation_space = batch_space(spec.observation_space, self.num_envs)
         self.action_space = batch_space(spec.action_space, self.num_envs)
         self._act_type = spec.rows.type
-        if self._act_type is spaces.Discrete:
+        self._discrete = self._act_type is spaces.Discrete
+        if self._discrete:
             self.n_actions = int(spec.rows.mask_dim)
         self._noop_mask = spec.rows.noop_mask()
         # Each row's kind (group index), reported in infos["kind"], and env.
         self._kind = np.tile(spec.rows.kind, self.num_sims)
         self._row_sim = np.repeat(np.arange(self.num_sims), self.agents_per_sim)
+        mode = AutoresetMode(opts["autoreset_mode"])
         self.autoreset_mode = mode
         self._same_step = mode is AutoresetMode.SAME_STEP
+        self._disabled = mode is AutoresetMode.DISABLED
         # PettingZoo's mask convention: observations {"observation", "action_mask"}.
         self._mask_in_obs = spec.mask_in_obs
         self.metadata = {"autoreset_mode": mode, "render_modes": [], "name": spec.name}
-        self.on_error = on_error
-        self.copy = copy
-        self.timeout = float(timeout)
+        self.on_error = opts["on_error"]
+        self.copy = opts["copy"]
+        self.timeout = float(opts["timeout"])
         # Starting a worker (a process under spawn, a Ray actor) takes longer than a step.
         self.boot_timeout = max(self.timeout, 30.0)
         self._base_seed = None if seed is None else int(seed)
@@ -261,22 +459,22 @@ class DeszooVecEnv(VectorEnv):
         self._restarts = np.zeros(self.num_sims, dtype=np.int64)
         self._reset_once = False
         self._state = State.NEEDS_RESET
+        self._resume = State.NEEDS_RESET  # where INTERRUPTED goes back to
+        self._hook: Callable[[str], None] | None = None
         self._restarted = np.zeros(self.num_envs, dtype=bool)
-        self._any_restarted = False
-        # Workers and what they are doing.
-        num_workers = min(int(num_workers), self.num_sims)
+        self._any_restarted = False  # hot-path shortcut: whether _restarted has a True
+        num_workers = min(int(opts["num_workers"]), self.num_sims)
         self.num_workers = num_workers
         self._workers = [
             Worker(w, first, count, self.agents_per_sim)
             for w, (first, count) in enumerate(_split(self.num_sims, num_workers))
         ]
-        self._ready: dict[int, Reply] = {}  # replies not yet consumed, in the order they came
-        self._interrupted = False  # a call was cut short while workers were busy
+        self._replies: dict[int, Reply] = {}  # taken, not yet consumed, in the order they came
         # Async mode (EnvPool style): ``recv`` returns the first ``batch_size`` envs.
         sims = self.num_sims
-        batch = sims if batch_size is None else batch_size
-        if not is_int(batch) or not 0 < batch <= sims:
-            raise ConfigError(f"batch_size={batch_size!r} must be an int in 1..num_envs ({sims})")
+        batch = sims if opts["batch_size"] is None else opts["batch_size"]
+        if not batch <= sims:
+            raise ConfigError(f"batch_size={batch!r} must be an int in 1..num_envs ({sims})")
         per = sims // num_workers
         if batch != sims and (sims % num_workers or batch % per):
             raise ConfigError(
@@ -285,39 +483,111 @@ class DeszooVecEnv(VectorEnv):
                 f"worker ({per})"
             )
         self.batch_size = int(batch)
-        self._batch_workers = self.batch_size // per if batch != sims else num_workers
-        self._last: list[int] | None = None
-        self._last_rows: np.ndarray | None = None
+        self._async = batch != sims
+        self._batch_workers = self.batch_size // per if self._async else num_workers
+        self._recv_workers: list[int] = []  # RECEIVED: the workers of the last recv()
+        self._recv_rows: np.ndarray | None = None
         self._act_scratch: dict[int, np.ndarray] = {}
-        self._unsigned: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # action buffers as uint64
+        self.transport = self._transport(opts)
+        self._bufs = bufs = self.transport.bufs
+        self._act = bufs.act
+        self._act_u = bufs.act.view(np.uint64) if self._discrete else None
+        self._boot()
 
-    # ---- transport (backends implement these) -----------------------------------------
-    def _launch(self, w: Worker, reset_seeds: list | None) -> None:
-        """Start worker ``w`` (it answers ``"booted"`` through :meth:`_poll`)."""
+    def _transport(self, opts: dict[str, Any]) -> Transport:
+        """This backend's transport over ``self._workers``."""
         raise NotImplementedError
 
-    def _post(self, w: Worker, command: str, payload: Any) -> None:
-        """Hand ``command`` to worker ``w``; actions are in ``self._bufs.act[w.rows]``."""
-        raise NotImplementedError
+    # ---- the state machine --------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        """Where this vector env is in its lifecycle."""
+        return self._state
 
-    def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
-        """Replies of busy workers (and deaths), waiting at most until ``deadline`` for
-        ``want`` of them (a hint; returning fewer, as soon as there are any, is fine)."""
-        raise NotImplementedError
+    def _to(self, new: State) -> None:
+        """Move to state ``new``; every transition goes through here (see :data:`NEXT`)."""
+        if new is not self._state and new not in NEXT[self._state]:
+            raise RuntimeError(f"deszoo bug: no transition {self._state.name} -> {new.name}")
+        self._state = new
 
-    def _kill(self, w: Worker) -> None:
-        """Stop worker ``w`` at once and forget its handle."""
-        raise NotImplementedError
+    def _enter(self, call: str) -> None:
+        """May ``call`` (``"step"``, ``"recv"``, ``"send"``, ``"reset"``, ``"call"``) run
+        now? Raises if not; first finishes what a cut-short call left in flight and, before
+        a reset or a call, the steps async mode has in flight (their results dropped)."""
+        state = self._state
+        if state is State.CLOSED:
+            raise VectorEnvError(f"{self.backend} vector env is closed")
+        if state is State.FAILED:
+            raise VectorEnvError(
+                f"{self.backend} vector env failed earlier (a worker could not be restarted); "
+                "close() it and build a new one"
+            )
+        if state is State.INTERRUPTED:
+            self._settle()
+            state = self._state
+        if call in ("reset", "call"):
+            if state is State.SENT or state is State.RECEIVED:
+                self._drain()
+            return
+        if state is State.NEEDS_RESET:
+            raise ResetNeededError(
+                f"{self.backend} vector env: {call}() before reset(); call reset()")
+        if call == "step":
+            if self._async:
+                raise ConfigError(
+                    "step() needs sync mode (batch_size == num_envs); in async mode use "
+                    "send/recv")
+        elif call == "recv":
+            if state is State.RECEIVED:
+                raise VectorEnvError(
+                    "recv() twice without send(); send actions for the last batch")
+            if state is not State.SENT:
+                raise VectorEnvError("recv() without send(); call async_reset() or send() first")
+        elif call == "send" and state is not State.RECEIVED:
+            raise VectorEnvError("send() without a preceding recv(); call recv() first")
 
-    def _shutdown(self) -> None:
-        """Stop every worker (politely, then by force); idempotent."""
-        raise NotImplementedError
+    def _cut_short(self, ws: Sequence[Worker]) -> None:
+        """A call was cut short (Ctrl-C, an error): if some of ``ws`` still have a command
+        in flight, or replies were taken but not consumed, the next call finishes them."""
+        if self._state in _LIVE and (self._replies or any(w.command for w in ws)):
+            self._resume = self._state
+            self._to(State.INTERRUPTED)
 
-    def describe(self, w: Worker) -> str:
-        """A worker in words, for messages."""
-        return f"worker {w.index} (envs {w.first}..{w.first + w.count - 1})"
+    def _settle(self) -> None:
+        """Finish a call that was cut short: its results dropped, its faults handled."""
+        if self._hook is not None:
+            self._hook("settle")
+        self._finish_in_flight("after an interrupted call")
+        self._recv_workers, self._recv_rows = [], None
+        self._to(self._resume)
 
-    # ---- lifecycle ----------------------------------------------------------------------
+    def _drain(self) -> None:
+        """Async mode: wait for the steps in flight and drop them (before a reset or call).
+        Their faults are handled (and logged) as usual."""
+        self._finish_in_flight("while draining steps in flight")
+
+    def _finish_in_flight(self, why: str) -> None:
+        busy = [w for w in self._workers if w.command]
+        replies = list(self._collect(busy).values()) if busy else []
+        replies += list(self._replies.values())  # taken before, never consumed
+        self._replies.clear()
+        with sigint_deferred():  # see _report
+            errors = self._handle(replies, "step") if replies else []
+        for exc in errors:
+            log.warning("%s: %s", why, str(exc).splitlines()[0])
+
+    @property
+    def fault_hook(self) -> Callable[[str], None] | None:
+        """Called with the name of each :data:`FAULT_POINTS` entry a call passes (for fault
+        injection in tests); ``None`` (the default) costs nothing."""
+        return self._hook
+
+    @fault_hook.setter
+    def fault_hook(self, hook: Callable[[str], None] | None) -> None:
+        self._hook = hook
+        self.transport.hook = hook
+
+    # ---- workers --------------------------------------------------------------------------
     def _boot(self) -> None:
         """Start every worker and wait until each has built its envs."""
         try:
@@ -337,121 +607,103 @@ class DeszooVecEnv(VectorEnv):
 
     def _start(self, w: Worker, reset_seeds: list | None) -> None:
         w.generation += 1
-        w.busy = "boot"
-        self._launch(w, reset_seeds)
-
-    def _post_all(self, ws: Sequence[Worker], command: str, payloads: Any = None) -> None:
-        """Hand ``command`` to every worker of ``ws`` (``payloads``: one per worker, by
-        index, or one for all). Ctrl-C waits until all have it."""
-        per = isinstance(payloads, dict)
-        try:
-            with sigint_deferred():  # a Ctrl-C now is raised when the block ends
-                for w in ws:
-                    w.busy = command
-                    self._post(w, command, payloads[w.index] if per else payloads)
-        except BaseException:
-            self._interrupted = True  # the next call collects these workers' answers
-            raise
+        self.transport.start(w, reset_seeds)
+        if self._hook is not None:
+            self._hook("restart")
 
     def _deadline(self, ws: Sequence[Worker]) -> float:
         """When workers ``ws``, given their commands now, count as hung."""
+        limit = self.timeout
         for w in ws:
-            if w.busy == "boot":
-                return time.monotonic() + self.boot_timeout
-        return time.monotonic() + self.timeout
-
-    def _collect(self, ws: Sequence[Worker], deadline: float | None = None) -> dict[int, Reply]:
-        """Wait for one reply from each worker of ``ws`` (``"hung"`` at ``deadline``,
-        by default :meth:`_deadline`)."""
-        ready = self._ready
-        if deadline is None:
-            deadline = self._deadline(ws)
-        try:
-            missing = [w.index for w in ws if w.index not in ready]
-            while missing:
-                if time.monotonic() >= deadline:
-                    for i in missing:
-                        self._take(Reply(i, "hung"))
-                    break
-                self._poll_take(deadline, len(missing))
-                missing = [i for i in missing if i not in ready]
-        except BaseException:
-            self._interrupted = True
-            raise
-        return {w.index: ready.pop(w.index) for w in ws}
-
-    def _collect_first(self, k: int) -> list[Reply]:
-        """The first ``k`` replies among busy workers, in the order they came."""
-        deadline = self._deadline([w for w in self._workers if w.busy])
-        try:
-            while len(self._ready) < k:
-                busy = [w.index for w in self._workers if w.busy and w.index not in self._ready]
-                if not busy:
-                    break
-                if time.monotonic() >= deadline:
-                    for i in busy:
-                        self._take(Reply(i, "hung"))
-                    break
-                self._poll_take(deadline, k - len(self._ready))
-        except BaseException:
-            self._interrupted = True
-            raise
-        return [self._ready.pop(i) for i in list(self._ready)[:k]]
-
-    def _poll_take(self, deadline: float, want: int) -> None:
-        """Poll for replies and take them with Ctrl-C held off: a KeyboardInterrupt between
-        a transport reading replies and their being taken lost them (the next call waited
-        for those workers until the timeout, then replaced them; their env failures were
-        dropped). Waits at most ``POLL_SLICE`` so a Ctrl-C still comes through at once."""
-        # sigint_deferred() inlined: this runs on every step.
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
-        try:
-            for r in self._poll(min(deadline, time.monotonic() + POLL_SLICE), want):
-                self._take(r)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-    def _take(self, r: Reply) -> None:
-        w = self._workers[r.worker]
-        if w.busy is None:  # a late answer of a worker already given up on
-            return
-        w.busy = None
-        self._ready[r.worker] = r  # in the order they came (dicts keep insertion order)
+            if w.command == "boot":
+                limit = self.boot_timeout
+                break
+        return time.monotonic() + limit + self.transport.grace
 
     def _exchange(
         self, ws: Sequence[Worker], command: str, payloads: Any = None
     ) -> dict[int, Reply]:
-        self._post_all(ws, command, payloads)
+        """Hand ``command`` to workers ``ws`` and wait for their replies."""
+        post_guarded(self.transport, ws, command, payloads)
         try:
             return self._collect(ws)
-        except BaseException:  # also a Ctrl-C before _collect's own guard: the workers are busy
-            self._interrupted = True
+        except BaseException:
+            self._cut_short(ws)
             raise
 
-    def _settle(self) -> None:
-        """Finish a call that was cut short (Ctrl-C while waiting): its results are
-        dropped, its faults handled as usual."""
-        if not self._interrupted:
+    def _collect(self, ws: Sequence[Worker], deadline: float | None = None) -> dict[int, Reply]:
+        """One reply from each worker of ``ws`` (``"hung"`` at ``deadline``, by default
+        :meth:`_deadline`)."""
+        replies = self._replies
+        if deadline is None:
+            deadline = self._deadline(ws)
+        missing = [w.index for w in ws if w.index not in replies]
+        while missing:
+            self._poll(deadline, len(missing))  # past the deadline: what is there, at once
+            missing = [i for i in missing if i not in replies]
+            if missing and time.monotonic() >= deadline:
+                for i in missing:
+                    self._take(Reply(i, "hung"))
+                break
+        return {w.index: replies.pop(w.index) for w in ws}
+
+    def _collect_first(self, k: int) -> list[Reply]:
+        """The first ``k`` replies among busy workers, in the order they came."""
+        replies = self._replies
+        deadline = self._deadline([w for w in self._workers if w.command])
+        while len(replies) < k:
+            if not any(w.command for w in self._workers):
+                break
+            self._poll(deadline, k - len(replies))  # past the deadline: what is there
+            if len(replies) < k and time.monotonic() >= deadline:
+                for w in self._workers:
+                    if w.command:
+                        self._take(Reply(w.index, "hung"))
+                break
+        return [replies.pop(i) for i in list(replies)[:k]]
+
+    def _poll(self, deadline: float, want: int) -> None:
+        """Poll the transport and take what it has. A transport whose poll reads replies
+        for good gets Ctrl-C held off until they are taken (a KeyboardInterrupt between the
+        two lost them), waiting at most ``POLL_SLICE`` so that a Ctrl-C still comes
+        through at once."""
+        hook, t = self._hook, self.transport
+        if hook is not None:
+            hook("wait")
+        if t.idempotent:
+            got = t.poll(deadline, want)
+            if hook is not None:
+                hook("polled")
+            for r in got:
+                self._take(r)
+        else:
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
+            try:
+                got = t.poll(min(deadline, time.monotonic() + POLL_SLICE), want)
+                if hook is not None:
+                    hook("polled")
+                for r in got:
+                    self._take(r)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if hook is not None:
+            hook("taken")
+
+    def _take(self, r: Reply) -> None:
+        w = self._workers[r.worker]
+        if w.command is None:  # a late answer of a worker already given up on
             return
-        busy = [w for w in self._workers if w.busy]
-        replies = self._collect(busy)
-        self._interrupted = False  # only now: a Ctrl-C before this leaves it to the next call
-        stale = list(self._ready.values())  # answered before the cut, never consumed
-        self._ready.clear()
-        self._last = self._last_rows = None
-        with sigint_deferred():  # see _report
-            errors = self._handle(list(replies.values()) + stale, "step")
-        for exc in errors:
-            log.warning("after an interrupted call: %s", exc)
+        w.command = None
+        self._replies[r.worker] = r  # in the order they came (dicts keep insertion order)
 
     def _restart_worker(self, w: Worker, seeds: list, reset_now: bool) -> None:
         """Replace worker ``w`` by a fresh one whose envs start with ``seeds`` (reset at
         once with ``reset_now``). A replacement that fails to boot, or dies or hangs before
         its envs are reset, is replaced in turn, up to ``BOOT_ATTEMPTS`` times."""
         for attempt in range(1, BOOT_ATTEMPTS + 1):
-            self._kill(w)
-            w.busy = None
-            self._ready.pop(w.index, None)
+            self.transport.stop(w)
+            w.command = None
+            self._replies.pop(w.index, None)
             log.warning("restarting %s", self.describe(w))
             self._start(w, seeds)
             r = self._collect([w])[w.index]
@@ -478,6 +730,7 @@ class DeszooVecEnv(VectorEnv):
             f"no answer within timeout={self.timeout:g} s from {self.describe(w)}"
         )
 
+    # ---- faults -------------------------------------------------------------------------
     def _handle(self, replies: Sequence[Reply], command: str) -> list[Exception]:
         """Repair what failed in ``replies``; return the errors to report.
 
@@ -486,6 +739,8 @@ class DeszooVecEnv(VectorEnv):
         and its envs restart; an env that raised (not bad input) is rebuilt in its
         worker. Their rows report a truncation with ``infos["restarted"]``.
         """
+        if self._hook is not None:
+            self._hook("handle")
         errors: list[Exception] = []
         reset_now = self._same_step or command == "reset"
         for r in sorted(replies, key=lambda r: r.worker):
@@ -522,7 +777,7 @@ class DeszooVecEnv(VectorEnv):
 
     def _report(self, replies: Sequence[Reply], command: str) -> None:
         """Handle faults, then raise (bad input always; faults with ``on_error="raise"``)
-        or log them. A raised error carries the step's results in ``.results``."""
+        or log them. A raised error carries the call's results in ``.results``."""
         for r in replies:
             if r.kind != "ok" or r.failures:
                 break
@@ -568,15 +823,319 @@ class DeszooVecEnv(VectorEnv):
         )
 
     def _fail(self, exc: Exception) -> None:
-        self._state = State.FAILED
+        self._to(State.FAILED)
         raise exc
 
     def _close_quietly(self) -> None:
         try:
-            self._shutdown()
+            if "transport" in self.__dict__:
+                self.transport.close()
         finally:
             self.closed = True
-            self._state = State.CLOSED
+            self._to(State.CLOSED)
+
+    def _mark_restarted(self, sims: Sequence[int], reset_now: bool) -> None:
+        """Report the episodes of rebuilt envs ``sims`` as truncated.
+
+        ``reset_now`` (same-step mode, resets): the rows already show the new episode;
+        else they are dead until the next step starts it.
+        """
+        if self._hook is not None:
+            self._hook("marked")
+        bufs, n = self._bufs, self.agents_per_sim
+        for s in sims:
+            rows = slice(s * n, (s + 1) * n)
+            bufs.rew[rows] = 0.0
+            bufs.term[rows] = False
+            bufs.trunc[rows] = True
+            bufs.final_obs[rows] = 0.0
+            bufs.final[rows] = self._same_step
+            if not reset_now:
+                bufs.obs[rows] = 0.0
+                bufs.live[rows] = False
+                bufs.needs[rows] = False
+                bufs.mask[rows] = self._noop_mask
+                bufs.invalid[rows] = False
+                bufs.invalid_count[rows] = 0
+            self._restarted[rows] = True
+        self._any_restarted = True
+
+    def _begin_step(self, ws: Sequence[Worker]) -> None:
+        """Restart flags last one step: clear those of ``ws``'s rows."""
+        for w in ws:
+            self._restarted[w.rows] = False
+        self._any_restarted = bool(self._restarted.any())
+
+    # ---- the Gymnasium API --------------------------------------------------------------
+    def reset(self, *, seed=None, options=None):
+        """Reset every env (env ``i`` gets ``seed + i``), or those of
+        ``options["reset_mask"]`` (one bool per row, all rows of an env alike)."""
+        self._enter("reset")
+        which = self._reset_mask(options)
+        seeds = self._seeds(seed)
+        ws, payloads = [], {}
+        for w in self._workers:
+            mine = None if which is None else which[w.first : w.first + w.count]
+            if mine is not None and not any(mine):
+                continue
+            ws.append(w)
+            payloads[w.index] = (seeds[w.first : w.first + w.count], mine)
+        if which is None:
+            self._restarted[:] = False
+        else:
+            self._restarted[np.repeat(which, self.agents_per_sim)] = False
+        self._any_restarted = bool(self._restarted.any())
+        replies = self._exchange(ws, "reset", payloads)
+        reset_rows = slice(None) if which is None else np.repeat(which, self.agents_per_sim)
+        self._bufs.rew[reset_rows] = 0.0
+        self._bufs.term[reset_rows] = False
+        self._bufs.trunc[reset_rows] = False
+        self._bufs.final[:] = False  # a reset reports no episode ends
+        self._recv_workers, self._recv_rows = [], None
+        self._to(State.READY)
+        self._report(list(replies.values()), "reset")
+        obs, _, _, _, infos = self._results(self._bufs)
+        return obs, infos
+
+    def _reset_mask(self, options: dict | None) -> np.ndarray | None:
+        """Per-env booleans from Gymnasium's ``reset_mask`` option (per row), or None."""
+        if not options or "reset_mask" not in options:  # read, never pop: callers reuse it
+            return None
+        mask = options["reset_mask"]
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+            raise ConfigError("options['reset_mask'] must be a numpy bool array, one per row")
+        if mask.shape != (self.num_envs,):
+            raise ConfigError(
+                f"options['reset_mask'] has shape {mask.shape}; expected ({self.num_envs},) "
+                f"(one per row: {self.num_sims} envs x {self.agents_per_sim} agents)"
+            )
+        per_env = mask.reshape(self.num_sims, self.agents_per_sim)
+        if not (per_env.all(axis=1) | ~per_env.any(axis=1)).all():
+            bad = int(np.flatnonzero(per_env.any(axis=1) & ~per_env.all(axis=1))[0])
+            raise ConfigError(
+                f"options['reset_mask'] selects some rows of env {bad} but not all; an env "
+                "resets as a whole (all its agents' rows)"
+            )
+        if not mask.any():
+            raise ConfigError("options['reset_mask'] selects no env")
+        if self._state is State.NEEDS_RESET and not mask.all():
+            raise ResetNeededError("reset the whole batch once before a partial reset")
+        which = per_env[:, 0].copy()
+        return None if which.all() else which
+
+    def step(self, actions):
+        """Step every env with ``actions`` (shape ``(num_envs,)``, integers)."""
+        if self._state is not _READY or self._async:
+            self._enter("step")
+        hook = self._hook
+        if hook is not None:
+            hook("before")
+        act = self._act
+        # Hot-path shortcut for the usual integer array: one copy and the largest action
+        # seen unsigned (a negative one wraps to a huge value); argmax is a third of the
+        # cost of max on small arrays. _check_actions names the bad row.
+        if (self._discrete and type(actions) is np.ndarray and actions.shape == act.shape
+                and actions.dtype.kind in "iu"):
+            act[...] = actions
+            u = self._act_u
+            if u[u.argmax()] >= self.n_actions:
+                self._check_actions(actions, act)
+        else:
+            self._check_actions(actions, act)
+        if self._disabled:
+            self._check_no_pending_reset()
+        ws = self._workers
+        if self._any_restarted:
+            self._begin_step(ws)
+        deadline = time.monotonic() + self.timeout + self.transport.grace
+        try:
+            replies = self.transport.step(ws, self._same_step, deadline)
+            if replies is not None:  # not every worker answered "ok" at once
+                for r in replies:
+                    self._take(r)
+                self._report(list(self._collect(ws, deadline).values()), "step")
+        except BaseException:
+            self._cut_short(ws)
+            raise
+        return self._results(self._bufs)
+
+    def _check_no_pending_reset(self) -> None:
+        """Disabled autoreset: an env whose episode ended must be reset before a step."""
+        ended = ~self._bufs.live.reshape(self.num_sims, self.agents_per_sim).any(axis=1)
+        if ended.any():
+            env = int(np.flatnonzero(ended)[0])
+            raise ResetNeededError(
+                f"env {env} ended its episode and autoreset_mode='Disabled': reset it with "
+                "reset(options={'reset_mask': mask}) before the next step"
+            )
+
+    # ---- async API (EnvPool style) ----------------------------------------------------
+    def async_reset(self, seed: Any = None) -> None:
+        """Start a reset of every env; results come from :meth:`recv`, a batch at a time."""
+        self._enter("reset")
+        seeds = self._seeds(seed)
+        self._restarted[:] = False
+        self._any_restarted = False
+        payloads = {w.index: (seeds[w.first : w.first + w.count], None) for w in self._workers}
+        self._recv_workers, self._recv_rows = [], None
+        self._to(State.SENT)
+        post_guarded(self.transport, self._workers, "reset", payloads)
+
+    def recv(self) -> tuple:
+        """The next ``batch_size`` envs to finish: ``(obs, rew, term, trunc, infos)``.
+
+        Rows are those of the ready workers' envs, in the order they finished;
+        ``infos["env_id"]`` gives each row's index in the full batch (``0..num_envs-1``).
+        """
+        self._enter("recv")
+        replies = self._collect_first(self._batch_workers)
+        if len(replies) < self._batch_workers:
+            raise VectorEnvError("recv() without send(); call async_reset() or send() first")
+        ws = [r.worker for r in replies]
+        rows = np.concatenate([np.arange(self.num_envs)[self._workers[i].rows] for i in ws])
+        self._recv_workers, self._recv_rows = ws, rows
+        self._to(State.RECEIVED)
+        try:
+            self._report(replies, "step")
+        except Exception as exc:
+            if hasattr(exc, "results"):
+                exc.results = self._recv_results(rows)
+            raise
+        return self._recv_results(rows)
+
+    def _recv_results(self, rows: np.ndarray) -> tuple:
+        obs, rew, term, trunc, infos = self._results(self._bufs, rows)
+        infos["env_id"] = rows.copy()
+        return obs, rew, term, trunc, infos
+
+    def send(self, actions: Any, env_id: Any = None) -> None:
+        """Actions for the rows of the last :meth:`recv` (``env_id``, if given, must match)."""
+        self._enter("send")
+        rows = self._recv_rows
+        if env_id is not None and not np.array_equal(np.asarray(env_id), rows):
+            raise VectorEnvError(
+                "send(env_id=...) must give the rows of the last recv(), infos['env_id']"
+            )
+        scratch = self._act_scratch.get(len(rows))
+        if scratch is None:
+            scratch = self._act_scratch[len(rows)] = np.zeros(
+                (len(rows), *self.layout.act_shape), dtype=self.layout.act_dtype)
+        self._check_actions(actions, scratch, rows)
+        self._bufs.act[rows] = scratch
+        ws = [self._workers[i] for i in self._recv_workers]
+        self._begin_step(ws)
+        self._recv_workers, self._recv_rows = [], None
+        self._to(State.SENT)
+        post_guarded(self.transport, ws, "step", self._same_step)
+
+    # ---- attributes of the envs (Gymnasium's call / get_attr / set_attr) ---------------
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
+        """Call method ``name`` of every env (or read attribute ``name`` if it is not
+        callable); one result per env (``num_sims``), not per row."""
+        return tuple(self._call(Call("call", name, (), args, kwargs)))
+
+    def get_attr(self, name: str) -> tuple:
+        """Attribute ``name`` of every env; one value per env (``num_sims``)."""
+        return tuple(self._call(Call("get", name, ())))
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute ``name`` of every env: one value for all, or a list or tuple of
+        one value per env (``num_sims``). Envs rebuilt after a fault get it again."""
+        if isinstance(values, (list, tuple)):
+            if len(values) != self.num_sims:
+                raise ConfigError(
+                    f"set_attr({name!r}, values): {len(values)} values for {self.num_sims} envs; "
+                    "give one value, or a list or tuple of one value per env"
+                )
+            values = list(values)
+        else:
+            values = [values] * self.num_sims
+        self._call(Call("set", name, (), values=tuple(values)))
+
+    def call_envs(self, kind: str, name: str, sims: Sequence[int], *args: Any,
+                  values: Sequence[Any] = (), **kwargs: Any) -> list:
+        """``get``, ``set`` or ``call`` attribute ``name`` of the envs ``sims`` only."""
+        if kind not in ("get", "set", "call"):
+            raise ConfigError(f"kind={kind!r}; valid: 'get', 'set', 'call'")
+        sims = list(sims)
+        if any(not is_int(s) or not 0 <= s < self.num_sims for s in sims):
+            raise ConfigError(f"env indices {sims} out of range 0..{self.num_sims - 1}")
+        return self._call(Call(kind, name, (), args, kwargs, tuple(values)), sims)
+
+    def _call(self, call: Call, sims: Sequence[int] | None = None) -> list:
+        self._enter("call")
+        sims = list(range(self.num_sims)) if sims is None else sims
+        values = list(call.values)
+        plan: dict[int, Call] = {}
+        for w in self._workers:
+            mine = [j for j, s in enumerate(sims) if s in w.sims]
+            if mine:
+                plan[w.index] = Call(
+                    call.kind, call.name, tuple(sims[j] for j in mine), call.args, call.kwargs,
+                    tuple(values[j] for j in mine) if values else (),
+                )
+        ws = [self._workers[i] for i in plan]
+        replies = self._exchange(ws, "call", plan)
+        lost = [r for r in replies.values() if r.kind != "ok"]
+        if lost:  # a worker died or hung: it is replaced (or the error raised), then asked again
+            self._report(lost, "call")
+            again = self._exchange([self._workers[r.worker] for r in lost], "call", plan)
+            if any(r.kind != "ok" for r in again.values()):
+                self._fail(VectorEnvError(f"{call.kind}({call.name!r}) failed twice: workers lost"))
+            replies.update(again)
+        failures = [f for r in replies.values() for f in r.failures]
+        if failures:  # the caller's mistake (no such attribute, a bad value): its own type
+            f = min(failures, key=lambda f: f.env_index)
+            cls = _CALL_ERRORS.get(f.error_type)
+            if cls is not None:
+                raise cls(f"env {f.env_index}: {f.message}")
+            raise self._sub_env_error(failures)
+        out: dict[int, Any] = {}
+        for i, c in plan.items():
+            r = replies[i]
+            for s, v in zip(c.sims, r.value or [None] * len(c.sims), strict=True):
+                out[s] = v
+        return [out[s] for s in sims]
+
+    def render(self) -> tuple | None:
+        """One frame per env (``num_sims``): ``call("render")``."""
+        return self.call("render")
+
+    def close(self, **kwargs: Any) -> None:
+        """Release workers and memory; safe to call any number of times."""
+        if self.closed:
+            return
+        if "transport" not in self.__dict__:  # __init__ failed early (Gymnasium may still call)
+            self.closed = True
+            return
+        try:
+            self.close_extras(**kwargs)
+            self.transport.close()
+        finally:
+            self.closed = True
+            self._to(State.CLOSED)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Backend-specific cleanup before the workers stop (optional)."""
+
+    def describe(self, w: Worker) -> str:
+        """A worker in words, for messages."""
+        return self.transport.describe(w)
+
+    def num_events(self) -> np.ndarray:
+        """SimPy events processed per env since this vector env was built (int64)."""
+        return self._bufs.events.copy()
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live workers, by worker index (empty for in-process
+        backends)."""
+        return self.transport.pids()
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.sim_spec.name} x{self.num_sims} "
+            f"({self.num_envs} rows), {self._state.value}>"
+        )
 
     # ---- seeding --------------------------------------------------------------------
     def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
@@ -607,34 +1166,9 @@ class DeszooVecEnv(VectorEnv):
         return seeds
 
     # ---- checks ---------------------------------------------------------------------
-    def _check_state(self, stepping: bool = True) -> None:
-        state = self._state
-        if state is State.READY or (state is State.NEEDS_RESET and not stepping):
-            return
-        if state is State.CLOSED:
-            raise VectorEnvError(f"{self.backend} vector env is closed")
-        if state is State.FAILED:
-            raise VectorEnvError(
-                f"{self.backend} vector env failed earlier (a worker could not be restarted); "
-                "close() it and build a new one"
-            )
-        raise ResetNeededError(f"{self.backend} vector env: step() before reset(); call reset()")
-
     def _check_actions(self, actions: Any, out: np.ndarray, rows: Any = None) -> None:
         """Validate ``actions`` and write them into ``out``, before any send (``rows``: the
         rows they are for, all by default)."""
-        if (self._act_type is spaces.Discrete and type(actions) is np.ndarray
-                and actions.shape == out.shape and actions.dtype.kind in "iu"):
-            # Hot-path shortcut for the usual integer array: one copy and the largest
-            # action seen unsigned (a negative one wraps to a huge value); argmax is a
-            # third of the cost of max on small arrays. The checks below name the row.
-            out[...] = actions
-            pair = self._unsigned.get(id(out))
-            if pair is None or pair[0] is not out:
-                pair = self._unsigned[id(out)] = (out, out.view(np.uint64))
-            u = pair[1]
-            if u[u.argmax()] < self.n_actions:
-                return
         if isinstance(actions, np.ndarray):
             a = actions
         else:
@@ -702,6 +1236,8 @@ class DeszooVecEnv(VectorEnv):
     # ---- results --------------------------------------------------------------------
     def _results(self, bufs: Buffers, rows: Any = None) -> tuple:
         """``(obs, rew, term, trunc, infos)`` for ``rows`` (all rows when ``None``)."""
+        if self._hook is not None:
+            self._hook("after")
         take: Callable[[np.ndarray], np.ndarray]
         if rows is None:
             take = np.ndarray.copy if self.copy else _same
@@ -745,303 +1281,3 @@ class DeszooVecEnv(VectorEnv):
         if self._mask_in_obs:
             obs = {"observation": obs, "action_mask": infos["action_mask"].copy()}
         return obs, take(bufs.rew), take(bufs.term), take(bufs.trunc), infos
-
-    def _mark_restarted(self, sims: Sequence[int], reset_now: bool) -> None:
-        """Report the episodes of rebuilt envs ``sims`` as truncated.
-
-        ``reset_now`` (same-step mode, resets): the rows already show the new episode;
-        else they are dead until the next step starts it.
-        """
-        bufs, n = self._bufs, self.agents_per_sim
-        for s in sims:
-            rows = slice(s * n, (s + 1) * n)
-            bufs.rew[rows] = 0.0
-            bufs.term[rows] = False
-            bufs.trunc[rows] = True
-            bufs.final_obs[rows] = 0.0
-            bufs.final[rows] = self._same_step
-            if not reset_now:
-                bufs.obs[rows] = 0.0
-                bufs.live[rows] = False
-                bufs.needs[rows] = False
-                bufs.mask[rows] = self._noop_mask
-                bufs.invalid[rows] = False
-                bufs.invalid_count[rows] = 0
-            self._restarted[rows] = True
-        self._any_restarted = True
-
-    def _begin_step(self, ws: Sequence[Worker]) -> None:
-        if self._any_restarted:  # restart flags last one step
-            for w in ws:
-                self._restarted[w.rows] = False
-            self._any_restarted = bool(self._restarted.any())
-
-    def num_events(self) -> np.ndarray:
-        """SimPy events processed per env since this vector env was built (int64)."""
-        return self._bufs.events.copy()
-
-    def worker_pids(self) -> list[int]:
-        """Process ids of the live workers (empty for in-process backends)."""
-        return []
-
-    # ---- Gymnasium API --------------------------------------------------------------
-    def reset(self, *, seed=None, options=None):
-        """Reset every env (env ``i`` gets ``seed + i``), or those of
-        ``options["reset_mask"]`` (one bool per row, all rows of an env alike)."""
-        self._check_state(stepping=False)
-        self._settle()
-        which = self._reset_mask(options)
-        self._drain()
-        seeds = self._seeds(seed)
-        ws, payloads = [], {}
-        for w in self._workers:
-            mine = None if which is None else which[w.first : w.first + w.count]
-            if mine is not None and not any(mine):
-                continue
-            ws.append(w)
-            payloads[w.index] = (seeds[w.first : w.first + w.count], mine)
-        if which is None:
-            self._restarted[:] = False
-            self._any_restarted = False
-        else:
-            self._restarted[np.repeat(which, self.agents_per_sim)] = False
-        replies = self._exchange(ws, "reset", payloads)
-        reset_rows = slice(None) if which is None else np.repeat(which, self.agents_per_sim)
-        self._bufs.rew[reset_rows] = 0.0
-        self._bufs.term[reset_rows] = False
-        self._bufs.trunc[reset_rows] = False
-        self._bufs.final[:] = False  # a reset reports no episode ends
-        self._last = self._last_rows = None
-        self._state = State.READY
-        self._report(list(replies.values()), "reset")
-        obs, _, _, _, infos = self._results(self._bufs)
-        return obs, infos
-
-    def _reset_mask(self, options: dict | None) -> np.ndarray | None:
-        """Per-env booleans from Gymnasium's ``reset_mask`` option (per row), or None."""
-        if not options or "reset_mask" not in options:  # read, never pop: callers reuse it
-            return None
-        mask = options["reset_mask"]
-        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
-            raise ConfigError("options['reset_mask'] must be a numpy bool array, one per row")
-        if mask.shape != (self.num_envs,):
-            raise ConfigError(
-                f"options['reset_mask'] has shape {mask.shape}; expected ({self.num_envs},) "
-                f"(one per row: {self.num_sims} envs x {self.agents_per_sim} agents)"
-            )
-        per_env = mask.reshape(self.num_sims, self.agents_per_sim)
-        if not (per_env.all(axis=1) | ~per_env.any(axis=1)).all():
-            bad = int(np.flatnonzero(per_env.any(axis=1) & ~per_env.all(axis=1))[0])
-            raise ConfigError(
-                f"options['reset_mask'] selects some rows of env {bad} but not all; an env "
-                "resets as a whole (all its agents' rows)"
-            )
-        if not mask.any():
-            raise ConfigError("options['reset_mask'] selects no env")
-        if self._state is not State.READY and not mask.all():
-            raise ResetNeededError("reset the whole batch once before a partial reset")
-        which = per_env[:, 0].copy()
-        return None if which.all() else which
-
-    def step(self, actions):
-        """Step every env with ``actions`` (shape ``(num_envs,)``, integers)."""
-        if self._state is not _READY:
-            self._check_state()
-        if self.batch_size != self.num_sims:
-            raise ConfigError(
-                "step() needs sync mode (batch_size == num_envs); in async mode use send/recv"
-            )
-        if self._interrupted:
-            self._settle()
-        self._check_actions(actions, self._bufs.act)
-        if self.autoreset_mode is _DISABLED and self._state is _READY:
-            self._check_no_pending_reset()
-        if self._any_restarted:
-            self._begin_step(self._workers)
-        replies = self._exchange(self._workers, "step", self._same_step)
-        self._report(list(replies.values()), "step")
-        return self._results(self._bufs)
-
-    def _check_no_pending_reset(self) -> None:
-        """Disabled autoreset: an env whose episode ended must be reset before a step."""
-        ended = ~self._bufs.live.reshape(self.num_sims, self.agents_per_sim).any(axis=1)
-        if ended.any():
-            env = int(np.flatnonzero(ended)[0])
-            raise ResetNeededError(
-                f"env {env} ended its episode and autoreset_mode='Disabled': reset it with "
-                "reset(options={'reset_mask': mask}) before the next step"
-            )
-
-    # ---- async API (EnvPool style) ----------------------------------------------------
-    def async_reset(self, seed: Any = None) -> None:
-        """Start a reset of every env; results come from :meth:`recv`, a batch at a time."""
-        self._check_state(stepping=False)
-        self._settle()
-        self._drain()
-        seeds = self._seeds(seed)
-        self._restarted[:] = False
-        self._any_restarted = False
-        payloads = {w.index: (seeds[w.first : w.first + w.count], None) for w in self._workers}
-        self._post_all(self._workers, "reset", payloads)
-        self._last = self._last_rows = None
-        self._state = State.READY
-
-    def recv(self) -> tuple:
-        """The next ``batch_size`` envs to finish: ``(obs, rew, term, trunc, infos)``.
-
-        Rows are those of the ready workers' envs, in the order they finished;
-        ``infos["env_id"]`` gives each row's index in the full batch (``0..num_envs-1``).
-        """
-        self._check_state()
-        if self._last is not None:
-            raise VectorEnvError("recv() twice without send(); send actions for the last batch")
-        replies = self._collect_first(self._batch_workers)
-        if len(replies) < self._batch_workers:
-            raise VectorEnvError("recv() without send(); call async_reset() or send() first")
-        ws = [r.worker for r in replies]
-        rows = np.concatenate([np.arange(self.num_envs)[self._workers[i].rows] for i in ws])
-        self._last, self._last_rows = ws, rows
-        try:
-            self._report(replies, "step")
-        except Exception as exc:
-            if hasattr(exc, "results"):
-                exc.results = self._recv_results(rows)
-            raise
-        return self._recv_results(rows)
-
-    def _recv_results(self, rows: np.ndarray) -> tuple:
-        obs, rew, term, trunc, infos = self._results(self._bufs, rows)
-        infos["env_id"] = rows.copy()
-        return obs, rew, term, trunc, infos
-
-    def send(self, actions: Any, env_id: Any = None) -> None:
-        """Actions for the rows of the last :meth:`recv` (``env_id``, if given, must match)."""
-        self._check_state()
-        if self._last is None:
-            raise VectorEnvError("send() without a preceding recv(); call recv() first")
-        rows = self._last_rows
-        if env_id is not None and not np.array_equal(np.asarray(env_id), rows):
-            raise VectorEnvError(
-                "send(env_id=...) must give the rows of the last recv(), infos['env_id']"
-            )
-        scratch = self._act_scratch.get(len(rows))
-        if scratch is None:
-            scratch = self._act_scratch[len(rows)] = np.zeros(
-                (len(rows), *self.layout.act_shape), dtype=self.layout.act_dtype)
-        self._check_actions(actions, scratch, rows)
-        self._bufs.act[rows] = scratch
-        ws = [self._workers[i] for i in self._last]
-        self._last = self._last_rows = None
-        self._begin_step(ws)
-        self._post_all(ws, "step", self._same_step)
-
-    def _drain(self) -> None:
-        """Async mode: wait for the steps in flight and drop them (before a reset or call).
-        Their faults are handled (and logged) as usual."""
-        busy = [w for w in self._workers if w.busy]
-        replies = list(self._collect(busy).values()) if busy else []
-        replies += list(self._ready.values())
-        self._ready.clear()
-        with sigint_deferred():  # see _report
-            errors = self._handle(replies, "step") if replies else []
-        for exc in errors:
-            log.warning("while draining steps in flight: %s", str(exc).splitlines()[0])
-
-    # ---- attributes of the envs (Gymnasium's call / get_attr / set_attr) ---------------
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
-        """Call method ``name`` of every env (or read attribute ``name`` if it is not
-        callable); one result per env (``num_sims``), not per row."""
-        return tuple(self._call(Call("call", name, (), args, kwargs)))
-
-    def get_attr(self, name: str) -> tuple:
-        """Attribute ``name`` of every env; one value per env (``num_sims``)."""
-        return tuple(self._call(Call("get", name, ())))
-
-    def set_attr(self, name: str, values: Any) -> None:
-        """Set attribute ``name`` of every env: one value for all, or a list or tuple of
-        one value per env (``num_sims``). Envs rebuilt after a fault get it again."""
-        if isinstance(values, (list, tuple)):
-            if len(values) != self.num_sims:
-                raise ConfigError(
-                    f"set_attr({name!r}, values): {len(values)} values for {self.num_sims} envs; "
-                    "give one value, or a list or tuple of one value per env"
-                )
-            values = list(values)
-        else:
-            values = [values] * self.num_sims
-        self._call(Call("set", name, (), values=tuple(values)))
-
-    def call_envs(self, kind: str, name: str, sims: Sequence[int], *args: Any,
-                  values: Sequence[Any] = (), **kwargs: Any) -> list:
-        """``get``, ``set`` or ``call`` attribute ``name`` of the envs ``sims`` only."""
-        if kind not in ("get", "set", "call"):
-            raise ConfigError(f"kind={kind!r}; valid: 'get', 'set', 'call'")
-        sims = list(sims)
-        if any(not is_int(s) or not 0 <= s < self.num_sims for s in sims):
-            raise ConfigError(f"env indices {sims} out of range 0..{self.num_sims - 1}")
-        return self._call(Call(kind, name, (), args, kwargs, tuple(values)), sims)
-
-    def _call(self, call: Call, sims: Sequence[int] | None = None) -> list:
-        if self._state is State.CLOSED or self._state is State.FAILED:
-            self._check_state()
-        self._settle()
-        self._drain()
-        sims = list(range(self.num_sims)) if sims is None else sims
-        values = list(call.values)
-        plan: dict[int, Call] = {}
-        for w in self._workers:
-            mine = [j for j, s in enumerate(sims) if s in w.sims]
-            if mine:
-                plan[w.index] = Call(
-                    call.kind, call.name, tuple(sims[j] for j in mine), call.args, call.kwargs,
-                    tuple(values[j] for j in mine) if values else (),
-                )
-        ws = [self._workers[i] for i in plan]
-        replies = self._exchange(ws, "call", plan)
-        lost = [r for r in replies.values() if r.kind != "ok"]
-        if lost:  # a worker died or hung: it is replaced (or the error raised), then asked again
-            self._report(lost, "call")
-            again = self._exchange([self._workers[r.worker] for r in lost], "call", plan)
-            if any(r.kind != "ok" for r in again.values()):
-                self._fail(VectorEnvError(f"{call.kind}({call.name!r}) failed twice: workers lost"))
-            replies.update(again)
-        failures = [f for r in replies.values() for f in r.failures]
-        if failures:  # the caller's mistake (no such attribute, a bad value): its own type
-            f = min(failures, key=lambda f: f.env_index)
-            cls = _CALL_ERRORS.get(f.error_type)
-            if cls is not None:
-                raise cls(f"env {f.env_index}: {f.message}")
-            raise self._sub_env_error(failures)
-        out: dict[int, Any] = {}
-        for i, c in plan.items():
-            r = replies[i]
-            for s, v in zip(c.sims, r.value or [None] * len(c.sims), strict=True):
-                out[s] = v
-        return [out[s] for s in sims]
-
-    def render(self) -> tuple | None:
-        """One frame per env (``num_sims``): ``call("render")``."""
-        return self.call("render")
-
-    def close(self, **kwargs: Any) -> None:
-        """Release workers and memory; safe to call any number of times."""
-        if self.closed:
-            return
-        if "_workers" not in self.__dict__:  # __init__ failed early (Gymnasium may still call)
-            self.closed = True
-            return
-        try:
-            self.close_extras(**kwargs)
-            self._shutdown()
-        finally:
-            self.closed = True
-            self._state = State.CLOSED
-
-    def close_extras(self, **kwargs: Any) -> None:
-        """Backend-specific cleanup before the workers stop (optional)."""
-
-    def __repr__(self) -> str:
-        return (
-            f"<{type(self).__name__} {self.sim_spec.name} x{self.num_sims} "
-            f"({self.num_envs} rows), {self._state.value}>"
-        )

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import time
 import traceback
 import warnings
@@ -37,10 +38,12 @@ import numpy as np
 
 from deszoo.core.arrays import AGENT_ARRAYS
 from deszoo.errors import ConfigError
+from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, Call, EnvGroup, Layout
-from deszoo.vector.base import DeszooVecEnv, Reply, VecSpec, Worker
+from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker
+from deszoo.vector.options import option
 
-__all__ = ["RayVecEnv", "import_ray"]
+__all__ = ["RayTransport", "RayVecEnv", "import_ray"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,15 @@ def import_ray():
     except ImportError as exc:
         raise ImportError(INSTALL_HINT) from exc
     return ray
+
+
+def ignore_sigint() -> None:
+    """In an actor: leave Ctrl-C to the driver (see :mod:`deszoo.vector._procs`)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def ensure_ray(address: str | None) -> bool:
@@ -98,6 +110,7 @@ class _Host:
         events: np.ndarray,
     ):
         self.build_error: str | None = None
+        ignore_sigint()
         try:
             local = dataclasses.replace(layout, num_sims=count)
             self.bufs = Buffers(local, bytearray(local.nbytes()))
@@ -158,6 +171,32 @@ class _Actor:
     copies: list = field(default_factory=list)
 
 
+# Longest wait for Ray to kill actors: ray.kill was seen to block for ever (a vector env
+# whose boot failed late in a long test session), and a close must never hang.
+KILL_WAIT = 10.0
+
+
+def kill_actors(ray: Any, handles: list) -> None:
+    """``ray.kill`` each actor of ``handles`` (no restart), waiting at most
+    :data:`KILL_WAIT` seconds: a kill still blocked then is left to a daemon thread."""
+    if not handles:
+        return
+
+    def kill() -> None:
+        for h in handles:
+            try:
+                ray.kill(h, no_restart=True)
+            except Exception:  # already gone, or Ray is shutting down
+                pass
+
+    thread = threading.Thread(target=kill, daemon=True, name="deszoo-ray-kill")
+    thread.start()
+    thread.join(KILL_WAIT)
+    if thread.is_alive():
+        log.warning("ray.kill of %d actor(s) did not return within %g s; left running in "
+                    "the background", len(handles), KILL_WAIT)
+
+
 def _shutdown(handles: list, close_timeout: list[float]) -> None:
     """Ask every actor to close its envs, wait ``close_timeout[0]`` s, then kill them all.
 
@@ -180,11 +219,7 @@ def _shutdown(handles: list, close_timeout: list[float]) -> None:
                 pass
         if refs and close_timeout[0] > 0:
             ray.wait(refs, num_returns=len(refs), timeout=close_timeout[0])
-        for h in live:
-            try:
-                ray.kill(h, no_restart=True)
-            except Exception:
-                pass
+        kill_actors(ray, live)
     except Exception:  # never raise from a finalizer (e.g. at interpreter exit)
         log.debug("ray vector env shutdown", exc_info=True)
 
@@ -202,107 +237,79 @@ def _actor_class(ray: Any, body: type, opts: dict) -> Any:
     return _ACTOR_CLASSES[key]
 
 
-class RayVecEnv(DeszooVecEnv):
-    """Ray actor backend; see :func:`deszoo.vector.make_vec` and ``docs/distributed.md``.
+class RayTransport(Transport):
+    """One Ray actor per worker (:class:`_Host`); one remote call per worker and command.
 
     Args:
-        spec: what to build.
-        seed: seed of the first ``reset()`` (env ``i`` gets ``seed + i``).
-        num_workers: actors (at most ``num_sims``); the envs need not divide evenly.
-        timeout: seconds to wait for the actors' answers to a command.
-        address: where Ray runs if it is not initialised yet: ``None`` (an existing local
-            cluster if there is one, else a new local Ray), ``"auto"`` (the cluster this
-            machine belongs to), ``"host:6379"`` or ``"ray://host:10001"`` (Ray Client).
-            Ignored, with a warning, when Ray is already initialised.
-        actor_options: Ray actor options (``ray.remote(**options)``) over the defaults
-            ``max_restarts=0, scheduling_strategy="SPREAD"`` (and Ray's default
-            resources); e.g. ``{"num_cpus": 1}`` to reserve a core for each actor.
-        boot_timeout: seconds to wait for the actors to start (starting a worker process,
-            or a node on an autoscaling cluster, takes longer than a step); default
-            ``max(timeout, 60)``.
-        close_timeout: seconds ``close`` waits for the actors to close their envs before
-            killing them.
-        **options: ``batch_size``, ``on_error``, ``autoreset_mode``, ``copy`` (see
-            :class:`DeszooVecEnv`).
-
-    Attributes:
-        started_ray: whether this vector env initialised Ray (then Ray stays up after
-            ``close``, for further vector envs, until ``ray.shutdown()`` or exit).
+        spec: what the actors build.
+        workers: the vector env's workers.
+        same_step: the vector env's autoreset mode is ``SameStep``.
+        actor_options: Ray options over the body's defaults.
+        close_timeout: seconds :meth:`close` waits for the actors to close their envs.
     """
 
-    backend = "ray"
-    per_node = False
-    # The actors' class body and default options (``RayNodeVecEnv`` has its own).
-    _actor_body: type = _Host
-    _actor_defaults: dict = ACTOR_OPTIONS
+    # The actors' class body and default options (the per-node transport has its own).
+    body: type = _Host
+    defaults: dict = ACTOR_OPTIONS
 
-    def __init__(
-        self,
-        spec: VecSpec,
-        seed: int | None = 0,
-        num_workers: int = 1,
-        timeout: float = 60.0,
-        address: str | None = None,
-        actor_options: dict | None = None,
-        boot_timeout: float | None = None,
-        close_timeout: float = 5.0,
-        **options: Any,
-    ):
+    def __init__(self, spec: VecSpec, workers: list[Worker], same_step: bool,
+                 actor_options: dict | None, close_timeout: float):
         ray = import_ray()
-        super().__init__(spec, seed=seed, num_workers=num_workers, timeout=timeout, **options)
-        self._ray = ray
         from ray.exceptions import GetTimeoutError, RayError
 
-        self._errors = (GetTimeoutError, RayError)
-        if boot_timeout is not None and not boot_timeout > 0:
-            raise ConfigError(f"boot_timeout={boot_timeout!r} must be positive (seconds)")
-        self.boot_timeout = max(self.timeout, 60.0) if boot_timeout is None else boot_timeout
-        self.started_ray = ensure_ray(address)
-        opts = {**self._actor_defaults, **(actor_options or {})}
-        self._actor_cls = _actor_class(ray, self._actor_body, opts)
-        self._fields = FIELDS + (SAME_STEP_FIELDS if self._same_step else ())
-        self._bufs = Buffers(self.layout)
-        self._handles: list = []  # what the finalizer kills
-        self._close_timeout = [float(close_timeout)]
-        self._finalizer = weakref.finalize(self, _shutdown, self._handles, self._close_timeout)
-        self._setup()
-        self._boot()
+        self.ray = ray
+        self.errors = (GetTimeoutError, RayError)
+        self.spec = spec
+        self.layout = spec.layout
+        self.workers = workers
+        self.n = len(spec.agents)
+        self.same_step = same_step
+        self.actor_cls = _actor_class(ray, self.body, {**self.defaults, **(actor_options or {})})
+        self.fields = FIELDS + (SAME_STEP_FIELDS if same_step else ())
+        self.bufs = Buffers(self.layout)
+        self.handles: list = []  # what the finalizer kills
+        self.close_timeout = [float(close_timeout)]
+        self.finalizer = weakref.finalize(self, _shutdown, self.handles, self.close_timeout)
 
-    def _setup(self) -> None:
-        """What a subclass prepares before the actors start (nothing here)."""
-
-    # ---- transport ------------------------------------------------------------------
-    def _launch(self, w: Worker, reset_seeds: list | None) -> None:
-        handle = self._actor_cls.remote(
-            self.sim_spec.factory, self.layout, w.first, w.count, reset_seeds, self._same_step,
-            self._bufs.events[w.first : w.first + w.count].copy(),
+    # ---- the contract ---------------------------------------------------------------
+    def start(self, w: Worker, reset_seeds: list | None) -> None:
+        handle = self.actor_cls.remote(
+            self.spec.factory, self.layout, w.first, w.count, reset_seeds, self.same_step,
+            self.bufs.events[w.first : w.first + w.count].copy(),
         )
-        self._handles.append(handle)
+        self.handles.append(handle)
         w.handle = _Actor(handle, ref=handle.boot.remote())
+        w.command = "boot"
 
-    def _post(self, w: Worker, command: str, payload: Any) -> None:
-        a: _Actor = w.handle
-        actions = self._bufs.act[w.rows] if command == "step" else None
-        a.ref = a.handle.run.remote(command, payload, actions)
+    def post(self, ws: list[Worker], command: str, payloads: Any) -> None:
+        per = isinstance(payloads, dict)
+        for k, w in enumerate(ws):
+            a: _Actor = w.handle
+            actions = self.bufs.act[w.rows] if command == "step" else None
+            a.ref = a.handle.run.remote(command, payloads[w.index] if per else payloads,
+                                        actions)
+            w.command = command
+            if k == 0 and self.hook is not None:
+                self.hook("handout")
 
-    def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
-        ray = self._ray
-        busy = {w.handle.ref: w for w in self._workers if w.busy and w.handle is not None}
-        remaining = deadline - time.monotonic()
-        if not busy or remaining <= 0:
+    def poll(self, deadline: float, want: int) -> list[Reply]:
+        ray = self.ray
+        busy = {w.handle.ref: w for w in self.workers if w.command and w.handle is not None}
+        remaining = max(0.0, deadline - time.monotonic())
+        if not busy:
             return []
         ready, _ = ray.wait(list(busy), num_returns=min(max(want, 1), len(busy)),
                             timeout=remaining)
         out = []
         try:
             values = ray.get(ready)
-        except self._errors:
+        except self.errors:
             values = None
         for k, ref in enumerate(ready):
             w = busy[ref]
             try:
                 value = values[k] if values is not None else ray.get(ref)
-            except self._errors as exc:
+            except self.errors as exc:
                 out.append(Reply(w.index, "died",
                                  detail=f" (ray: {type(exc).__name__}: {exc}); its envs were lost"))
                 continue
@@ -312,7 +319,7 @@ class RayVecEnv(DeszooVecEnv):
 
     def _reply(self, w: Worker, value: Any) -> Reply:
         a: _Actor = w.handle
-        if w.busy == "boot":
+        if w.command == "boot":
             pid, node, offsets, error = value
             a.pid, a.node = pid, node
             if error is not None:
@@ -328,27 +335,24 @@ class RayVecEnv(DeszooVecEnv):
     def _plan(self, w: Worker, offsets: dict[str, int]) -> list:
         """``(destination view, source offset, nbytes, dtype, shape)`` per field of ``w``."""
         plan = []
-        for name in self._fields:
-            whole = getattr(self._bufs, name)
+        for name in self.fields:
+            whole = getattr(self.bufs, name)
             dst = whole[w.first : w.first + w.count] if name in SIM_FIELDS else whole[w.rows]
             plan.append((dst, offsets[name], dst.nbytes, dst.dtype, dst.shape))
         return plan
 
-    def _kill(self, w: Worker) -> None:
+    def stop(self, w: Worker) -> None:
         a: _Actor | None = w.handle
         if a is None:
             return
-        try:
-            self._ray.kill(a.handle, no_restart=True)
-        except Exception:
-            pass
-        self._handles[:] = [h for h in self._handles if h is not a.handle]
+        kill_actors(self.ray, [a.handle])
+        self.handles[:] = [h for h in self.handles if h is not a.handle]
         w.handle = None
 
-    def _shutdown(self) -> None:
-        finalizer = getattr(self, "_finalizer", None)  # absent if __init__ failed early
-        if finalizer is not None:
-            finalizer()
+    def close(self) -> None:
+        if any(w.command for w in self.workers):
+            self.close_timeout[0] = 0.0  # a hung actor is not worth waiting for
+        self.finalizer()
 
     def describe(self, w: Worker) -> str:
         a: _Actor | None = w.handle
@@ -357,21 +361,91 @@ class RayVecEnv(DeszooVecEnv):
             where = f"pid {a.pid} on {a.node[0]}"
         return f"ray actor {w.index} ({where}, envs {w.first}..{w.first + w.count - 1})"
 
-    # ---- extras ---------------------------------------------------------------------
-    def worker_pids(self) -> list[int]:
-        """Process ids of the actors, by actor index (on their own nodes)."""
-        return [w.handle.pid for w in self._workers
+    def pids(self) -> list[int]:
+        return [w.handle.pid for w in self.workers
                 if w.handle is not None and w.handle.pid is not None]
 
     def actor_pids(self) -> list[int]:
-        """Process ids of the Ray actors (here the workers themselves)."""
-        return self.worker_pids()
+        return self.pids()
 
     def worker_nodes(self) -> list[tuple[str, str]]:
-        """``(ip address, Ray node id)`` of the node each actor runs on, by actor index."""
-        return [w.handle.node for w in self._workers
+        return [w.handle.node for w in self.workers
                 if w.handle is not None and w.handle.node is not None]
 
-    def close_extras(self, **kwargs: Any) -> None:
-        if any(w.busy for w in self._workers):
-            self._close_timeout[0] = 0.0  # a hung actor is not worth waiting for
+
+# Options of per_node=True only (None: not given).
+PER_NODE_ONLY = ("nodes", "start_method", "spin_us", "step_channel")
+
+
+class RayVecEnv(DeszooVecEnv):
+    """Ray actor backend; see :func:`deszoo.vector.make_vec` and ``docs/distributed.md``.
+
+    Options (besides the common ones, see :attr:`options`): ``num_workers`` (actors, at
+    most ``num_sims``), ``address`` (where Ray runs if it is not initialised yet: ``None``
+    for an existing local cluster or a new local Ray, ``"auto"``, ``"host:6379"`` or
+    ``"ray://host:10001"``; ignored, with a warning, when Ray is already initialised),
+    ``per_node`` (one actor per node driving a ``shm`` pool:
+    :class:`~deszoo.vector.ray_nodes.RayNodeVecEnv`), ``actor_options`` (Ray actor options
+    over the defaults ``max_restarts=0, scheduling_strategy="SPREAD"``),
+    ``boot_timeout`` (default ``max(timeout, 60)``) and ``close_timeout``.
+
+    Attributes:
+        started_ray: whether this vector env initialised Ray (then Ray stays up after
+            ``close``, for further vector envs, until ``ray.shutdown()`` or exit).
+    """
+
+    backend = "ray"
+    per_node = False
+    options = (
+        option("num_workers", None, "int", "Ray actors (with per_node: shm pool workers in "
+               "all; default: the usable cores, or the cluster's CPUs with per_node)",
+               minimum=1, none=True),
+        option("address", None, "str", "the Ray cluster to start or join if Ray is not "
+               "initialised", none=True),
+        option("per_node", False, "bool", "one actor per Ray node, each running a shm pool "
+               "of that node's cores"),
+        option("actor_options", None, "dict", "Ray actor options over the defaults",
+               none=True),
+        option("boot_timeout", None, "number", "seconds to wait for the actors to start "
+               "(default: max(timeout, 60))", positive=True, none=True),
+        _procs.CLOSE_TIMEOUT,
+        option("nodes", None, "list", "per_node only: [(Ray node id, CPUs), ...] to use "
+               "(default: every alive node with CPUs)", none=True),
+        _procs.START_METHOD,  # per_node only: the pools'
+        option("spin_us", None, "number", "per_node only: how long an idle pool worker "
+               "polls before it sleeps (default 0)", minimum=0, none=True),
+        option("step_channel", None, "bool", "per_node only: steps go through a direct TCP "
+               "connection to each node actor (default True), or through Ray calls (False)",
+               none=True),
+    )
+
+    @classmethod
+    def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
+        import_ray()  # ImportError saying how to install it
+        if opts["per_node"]:
+            from deszoo.vector.ray_nodes import RayNodeVecEnv
+
+            return RayNodeVecEnv(spec, seed, opts)
+        for name in PER_NODE_ONLY:
+            if opts[name] is not None:
+                raise ConfigError(f"make_vec(backend='ray'): {name}={opts[name]!r} is for "
+                                  "per_node=True only")
+        return cls(spec, seed, {**opts, "num_workers": cls.workers_for(spec, opts["num_workers"])})
+
+    def _transport(self, opts: dict[str, Any]) -> Transport:
+        if opts["boot_timeout"] is not None:
+            self.boot_timeout = float(opts["boot_timeout"])
+        else:
+            self.boot_timeout = max(self.timeout, 60.0)
+        self.started_ray = ensure_ray(opts["address"])
+        return RayTransport(self.sim_spec, self._workers, self._same_step,
+                            opts["actor_options"], opts["close_timeout"])
+
+    # ---- extras ---------------------------------------------------------------------
+    def actor_pids(self) -> list[int]:
+        """Process ids of the Ray actors (by actor index; for ``ray`` the workers)."""
+        return self.transport.actor_pids()
+
+    def worker_nodes(self) -> list[tuple[str, str]]:
+        """``(ip address, Ray node id)`` of the node each worker runs on, by worker index."""
+        return self.transport.worker_nodes()

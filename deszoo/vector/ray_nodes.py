@@ -8,11 +8,18 @@ Design (the lifecycle is the base class's; this module is the transport):
   consecutive envs.
 * A node actor (:class:`_NodeHost`) owns a :class:`~deszoo.vector.shm.ShmVecEnv` over its
   envs (``num_workers`` = its workers) and drives it through the base lifecycle
-  (``_start``, ``_kill``, ``_exchange``): the pool is used as it is, only its boot is
+  (``_start``, ``_collect``, ``_exchange``): the pool is used as it is, only its boot is
   deferred so that each worker can be started, or replaced, on its own.
-* A command is **one remote call per node**: a step sends the node's actions (one array)
-  and gets back one uint8 array packing its results (observations, masks, rewards, flags,
-  clocks, event counts), with one reply per worker only when something is to report.
+* A step of a whole node goes through its **step channel**, a TCP connection from the
+  driver to the node actor, opened once (the actor listens on its node's address and takes
+  one connection, proven by a token it gave the driver through Ray): the node's actions
+  (one array) go down, one block packing its results (observations, masks, rewards, flags,
+  clocks, event counts) comes back, with notes per worker only when something is to
+  report. A thread of the actor serves it; no Ray code runs in such a step, on either side,
+  and the driver reads each node's reply as it comes while the others still step. Every
+  other command (boots, resets, calls, rebuilds, a step of part of a node) is **one remote
+  call per node**, as are steps with ``step_channel=False``. The two never overlap on a
+  node: the lifecycle waits for each command's reply.
 * Faults map one to one: an env exception, or a ``shm`` worker that dies or hangs, comes
   back as that worker's reply (the node actor sees it through the pool), so the base class
   raises or restarts exactly as with ``shm``. A node actor that dies (its node lost, or the
@@ -26,9 +33,14 @@ See ``docs/distributed.md``.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import logging
 import os
-import signal
+import pickle
+import select
+import socket
+import struct
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -38,17 +50,21 @@ from typing import Any
 import numpy as np
 
 from deszoo.errors import ConfigError
+from deszoo.vector import _procs
 from deszoo.vector._host import Call
-from deszoo.vector.base import Reply, VecSpec, Worker, sigint_deferred
+from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker, sigint_deferred
 from deszoo.vector.ray_backend import (
     FIELDS,
     SAME_STEP_FIELDS,
     SIM_FIELDS,
+    RayTransport,
     RayVecEnv,
     ensure_ray,
+    ignore_sigint,
     import_ray,
+    kill_actors,
 )
-from deszoo.vector.shm import ShmVecEnv
+from deszoo.vector.shm import ShmTransport, ShmVecEnv
 
 __all__ = ["RayNodeVecEnv", "alive_nodes", "share"]
 
@@ -65,6 +81,32 @@ DATA_COMMANDS = ("step", "reset", "rebuild")  # commands whose reply carries the
 # 16 envs per node, 390 KB). So a larger reply comes back in chunks of this size, each its
 # own return value.
 CHUNK = 96 * 1024
+# The step channel (see the module docstring): the driver sends STEP_HEAD (same-step flag,
+# bytes of actions) and the node's actions; the node answers REPLY_HEAD (bytes of the
+# block, bytes of the pickled notes), its block and its notes (None: every worker "ok").
+STEP_HEAD = struct.Struct("<II")
+REPLY_HEAD = struct.Struct("<QQ")
+TOKEN_BYTES = 16
+
+
+def _recv_into(sock: socket.socket, view: memoryview) -> bool:
+    """Fill ``view`` from ``sock``; ``False`` at EOF before the first byte."""
+    got = 0
+    while got < len(view):
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            if got == 0:
+                return False
+            raise ConnectionError("connection closed in the middle of a message")
+        got += k
+    return True
+
+
+def _recv_bytes(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    if n and not _recv_into(sock, memoryview(buf)):
+        raise ConnectionError("connection closed")
+    return bytes(buf)
 
 
 def alive_nodes() -> list[tuple[str, int]]:
@@ -89,45 +131,17 @@ def share(total: int, weights: list[int]) -> list[int]:
 
 
 # ---- inside a node actor -----------------------------------------------------------------
-_ARMED = False
-
-
-def _die_with(parent: int) -> None:
-    """In a pool worker: die when the node actor's process does (Linux ``PDEATHSIG``).
-
-    A node actor killed by Ray cannot close its pool; idle workers would exit at the EOF
-    of their doorbell anyway, this also ends a worker stuck in an env.
-    """
-    global _ARMED
-    if _ARMED or os.getpid() == parent or os.getppid() != parent:
-        return  # the actor itself, or not its direct child (forkserver)
-    _ARMED = True
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux
-        return
-    if os.getppid() != parent:  # it died before prctl
-        os._exit(1)
-
-
-class _DieWithParent:
-    """The env factory of a pool: arms :func:`_die_with` in the worker, then builds."""
-
-    def __init__(self, factory: Any, parent: int):
-        self.factory, self.parent = factory, parent
-
-    def __call__(self) -> Any:
-        _die_with(self.parent)
-        return self.factory()
-
-
 class _Pool(ShmVecEnv):
-    """A ``shm`` vector env whose workers its node actor starts one at a time."""
+    """A ``shm`` vector env whose workers its node actor starts one at a time, each armed
+    to die with the actor (a node actor killed by Ray cannot close its pool)."""
 
     def _boot(self) -> None:
         """Nothing at construction: :meth:`_NodeHost.launch` starts the workers."""
+
+    def _transport(self, opts: dict[str, Any]) -> Transport:
+        self.spin_us = float(opts["spin_us"] or 0.0)
+        return ShmTransport(self.sim_spec, self._workers, self.spin_us, opts["start_method"],
+                            self.timeout, opts["close_timeout"], arm_always=True)
 
 
 class _NodeHost:
@@ -146,16 +160,17 @@ class _NodeHost:
         same_step: bool,
         pool_options: dict,
         chunk: int = CHUNK,
+        channel: bool = True,
     ):
         import ray
 
+        ignore_sigint()
         self.first = first
         self.info = (os.getpid(), ray.util.get_node_ip_address(),
                      ray.get_runtime_context().get_node_id())
         self.error: str | None = None
         try:
-            spec = dataclasses.replace(spec, factory=_DieWithParent(spec.factory, os.getpid()))
-            self.pool = _Pool(spec, num_workers=num_workers, **pool_options)
+            self.pool = _Pool.create(spec, num_workers=num_workers, **pool_options)
             bufs = self.pool._bufs
             bufs.events[:] = events  # event counts survive the actor's replacement
             names = FIELDS + (SAME_STEP_FIELDS if same_step else ())
@@ -166,21 +181,79 @@ class _NodeHost:
             self.chunks = [self.block[a : a + chunk] for a in range(0, len(self.block), chunk)]
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        self.channel: tuple | None = None
+        if channel and self.error is None:
+            try:
+                self._listen()
+            except OSError as exc:  # the driver steps this node through Ray calls then
+                log.warning("node actor %s: no step channel (%s)", first, exc)
+
+    def _listen(self) -> None:
+        """Open the step channel: a TCP port on this node's address that takes one
+        connection, from the driver, which proves itself with a token first."""
+        ip = self.info[1]
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((ip, 0))
+        listener.listen(1)
+        token = os.urandom(TOKEN_BYTES)
+        self.channel = (ip, listener.getsockname()[1], token)
+        threading.Thread(target=self._serve, args=(listener, token), daemon=True,
+                         name="deszoo-node-channel").start()
+
+    def _serve(self, listener: socket.socket, token: bytes) -> None:
+        """The step channel's thread: accept the driver, then step the pool for it until
+        it hangs up. Steps come one at a time and never while a Ray call of this actor
+        runs (the driver waits for each), so the pool is never used by two threads at once."""
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                conn.settimeout(10.0)
+                if hmac.compare_digest(_recv_bytes(conn, TOKEN_BYTES), token):
+                    break
+            except OSError:
+                pass
+            conn.close()
+        listener.close()
+        conn.settimeout(None)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        act = memoryview(self.pool._bufs.act.reshape(-1).view(np.uint8))
+        head = bytearray(STEP_HEAD.size)
+        try:
+            while _recv_into(conn, memoryview(head)):
+                same_step, nbytes = STEP_HEAD.unpack(head)
+                if nbytes != len(act):
+                    raise ConnectionError(f"step of {nbytes} bytes of actions; expected {len(act)}")
+                _recv_into(conn, act)
+                _, notes = self._run("step", None, bool(same_step))
+                data = pickle.dumps(notes) if notes is not None else b""
+                conn.sendall(REPLY_HEAD.pack(self.block.nbytes, len(data)))
+                conn.sendall(memoryview(self.block))
+                if data:
+                    conn.sendall(data)
+        except OSError as exc:  # the driver is gone (it notices a lost actor by itself)
+            log.debug("step channel closed: %s", exc)
+        finally:
+            conn.close()
 
     def launch(self, seeds: dict[int, list | None]) -> tuple:
         """(Re)start pool workers ``j`` whose envs start with ``seeds[j]``; wait for them.
 
-        Returns ``(actor info, (offsets, chunks per reply), {j: (kind, pid, detail)})``.
+        Returns ``(actor info, (offsets, chunks per reply), {j: (kind, pid, detail)})``;
+        the info ends with the step channel ``(ip, port, token)``, or ``None``.
         """
+        info = (*self.info, self.channel)
         if self.error is not None:
-            return self.info, None, {j: ("boot_failed", None, self.error) for j in seeds}
+            return info, None, {j: ("boot_failed", None, self.error) for j in seeds}
         pool = self.pool
         ws = []
         for j, s in seeds.items():
             w = pool._workers[j]
-            pool._kill(w)
-            w.busy = None
-            pool._ready.pop(j, None)
+            pool.transport.stop(w)
+            w.command = None
+            pool._replies.pop(j, None)
             pool._start(w, s)
             ws.append(w)
         replies = pool._collect(ws)
@@ -189,7 +262,7 @@ class _NodeHost:
             r = replies[w.index]
             pid = w.handle.proc.pid if w.handle is not None else None
             out[w.index] = (r.kind, pid, r.detail)
-        return self.info, (self.offsets, len(self.chunks)), out
+        return info, (self.offsets, len(self.chunks)), out
 
     def run(self, command: str, workers: list[int] | None, payload: Any,
             actions: np.ndarray | None) -> tuple:
@@ -201,9 +274,17 @@ class _NodeHost:
         chunk: ``(replies, chunk 0, chunk 1, ...)``, one return value each (``None``
         chunks when there is no block).
         """
-        pool = self.pool
         if actions is not None:
-            pool._bufs.act[:] = actions
+            self.pool._bufs.act[:] = actions
+        data, reply = self._run(command, workers, payload)
+        if len(self.chunks) == 1:
+            return (self.block if data else None), reply
+        return (reply, *(self.chunks if data else [None] * len(self.chunks)))
+
+    def _run(self, command: str, workers: list[int] | None, payload: Any) -> tuple:
+        """Run ``command`` (actions already in place); ``(whether the block was packed,
+        notes)``."""
+        pool = self.pool
         ws = pool._workers if workers is None else [pool._workers[j] for j in workers]
         notes = []
         live = []
@@ -214,7 +295,17 @@ class _NodeHost:
                 live.append(w)
         if command != "step":
             payload = {j: self._local(command, p) for j, p in payload.items()}
-        replies = pool._exchange(live, command, payload) if live else {}
+            replies = pool._exchange(live, command, payload) if live else {}
+        elif len(live) == len(pool._workers):  # shm's fast path: None when all are "ok"
+            deadline = time.monotonic() + pool.timeout
+            got = pool.transport.step(live, bool(payload), deadline)
+            replies = {}
+            if got is not None:
+                for r in got:
+                    pool._take(r)
+                replies = pool._collect(live, deadline)
+        else:
+            replies = pool._exchange(live, command, payload) if live else {}
         data = command in DATA_COMMANDS
         if data:
             np.concatenate(self.parts, out=self.block)
@@ -224,10 +315,7 @@ class _NodeHost:
                 for f in r.failures:
                     f.env_index += self.first
                 notes.append((j, r.kind, r.failures, r.value, r.detail))
-        reply = notes or None
-        if len(self.chunks) == 1:
-            return (self.block if data else None), reply
-        return (reply, *(self.chunks if data else [None] * len(self.chunks)))
+        return data, (notes or None)
 
     def _local(self, command: str, payload: Any) -> Any:
         """A command's arguments with batch-wide env indices made the pool's."""
@@ -268,6 +356,9 @@ class _Node:
     launches: dict = field(default_factory=dict)  # pool worker j -> reset seeds
     copies: list | None = None  # whole-node copy plan
     run: Any = None  # the actor's ``run`` method, with as many returns as its reply has
+    sock: socket.socket | None = None  # the step channel to its actor, if it has one
+    sock_ws: list[int] | None = None  # the workers of the step in flight on it
+    rbuf: np.ndarray | None = None  # where its step replies are read to
 
 
 @dataclass
@@ -281,104 +372,56 @@ class _Slot:
     pid: int | None = None
 
 
-class RayNodeVecEnv(RayVecEnv):
-    """Per-node ``shm`` pools driven by one Ray actor per node; see ``docs/distributed.md``.
+class RayNodeTransport(RayTransport):
+    """One Ray actor per node (:class:`_NodeHost`), each driving a ``shm`` pool of that
+    node's workers; one remote call per node and command.
 
     Args:
-        spec: what to build.
-        seed: seed of the first ``reset()`` (env ``i`` gets ``seed + i``).
-        num_workers: ``shm`` worker processes in all, shared out over the nodes in
-            proportion to their CPUs; default: the CPUs of the nodes, at most one per env.
-        timeout: seconds a pool waits for a worker before it counts as hung; the parent
-            gives a node actor ``min(timeout, 5)`` seconds more before it counts as hung.
-        address: where Ray runs if it is not initialised yet (see :class:`RayVecEnv`).
-        nodes: ``[(Ray node id, CPUs), ...]`` to use; default: every alive node with CPUs
-            (:func:`alive_nodes`). A node id may repeat (several pools on one node).
-        start_method: the pools' multiprocessing start method (default: the platform's).
-        spin_us: how long an idle pool worker polls for its next command before it sleeps
-            (see :class:`~deszoo.vector.shm.ShmVecEnv`); default 0: the next command comes
-            through a Ray call, a millisecond later, so spinning would only burn the core.
-        actor_options: Ray options for the node actors, over ``num_cpus=0,
-            max_restarts=0`` and an affinity to their node (given a
+        spec: what the pools build.
+        workers: the vector env's workers (the pools' workers, in order).
+        same_step: the vector env's autoreset mode is ``SameStep``.
+        nodes: ``[(Ray node id, CPUs), ...]``: the workers are shared out over them in
+            proportion to their CPUs.
+        pool_options: options of each node's :class:`_Pool`.
+        actor_options: Ray options over :data:`NODE_ACTOR_OPTIONS` (given a
             ``scheduling_strategy``, the actors go where it says).
-        boot_timeout, close_timeout: as for :class:`RayVecEnv`.
-        **options: ``batch_size``, ``on_error``, ``autoreset_mode``, ``copy``.
+        close_timeout: seconds :meth:`close` waits for the actors.
+        chunk_bytes: largest return value of a node actor's reply.
     """
 
-    per_node = True
-    chunk_bytes = CHUNK  # largest return value of a node actor's reply
-    _actor_body = _NodeHost
-    _actor_defaults = NODE_ACTOR_OPTIONS
+    body = _NodeHost
+    defaults = NODE_ACTOR_OPTIONS
 
-    def __init__(
-        self,
-        spec: VecSpec,
-        seed: int | None = 0,
-        num_workers: int | None = None,
-        timeout: float = 60.0,
-        address: str | None = None,
-        nodes: list[tuple[str, int]] | None = None,
-        start_method: str | None = None,
-        spin_us: float = 0.0,
-        actor_options: dict | None = None,
-        boot_timeout: float | None = None,
-        close_timeout: float = 5.0,
-        **options: Any,
-    ):
-        import multiprocessing as mp
-
-        import_ray()
-        try:
-            mp.get_context(start_method)
-        except ValueError:
-            raise ConfigError(
-                f"start_method={start_method!r}; valid: None or one of "
-                f"{mp.get_all_start_methods()}"
-            ) from None
-        if not (isinstance(spin_us, (int, float)) and 0 <= spin_us < float("inf")):
-            raise ConfigError(f"spin_us={spin_us!r} must be a number >= 0 (microseconds)")
-        started = ensure_ray(address)
-        if nodes is None:
-            nodes = alive_nodes()
-            if not nodes:
-                raise ConfigError("per_node=True: Ray has no alive node with a CPU")
-        elif not nodes or not all(
-            isinstance(c, int) and not isinstance(c, bool) and c >= 1 for _, c in nodes
-        ):
-            raise ConfigError(f"nodes={nodes!r} must be a non-empty list of (node id, CPUs >= 1)")
-        self.nodes = [(nid, int(c)) for nid, c in nodes]
-        if num_workers is None:
-            num_workers = min(sum(c for _, c in self.nodes), spec.num_sims)
-        self._pool_options = dict(start_method=start_method, spin_us=spin_us)
-        self._placement = "scheduling_strategy" not in (actor_options or {})
-        self._early: list[Reply] = []
-        super().__init__(spec, seed=seed, num_workers=num_workers, timeout=timeout,
-                         actor_options=actor_options, boot_timeout=boot_timeout,
-                         close_timeout=close_timeout, **options)
-        self.started_ray = started
-
-    def _setup(self) -> None:
-        """Group the workers into node actors, in proportion to the nodes' CPUs."""
-        self._pool_options.update(timeout=self.timeout, close_timeout=self._close_timeout[0])
+    def __init__(self, spec: VecSpec, workers: list[Worker], same_step: bool,
+                 nodes: list[tuple[str, int]], pool_options: dict, actor_options: dict | None,
+                 close_timeout: float, chunk_bytes: int = CHUNK, channels: bool = True):
+        super().__init__(spec, workers, same_step, actor_options, close_timeout)
+        self.pool_options = pool_options
+        self.chunk_bytes = chunk_bytes
+        self.channels = channels
+        self.placement = "scheduling_strategy" not in (actor_options or {})
+        self.early: list[Reply] = []  # replies known without asking (a lost node actor)
         # A pool reports a hung worker after ``timeout``; its actor gets a little longer
-        # (else a node whose reply is late counts as hung with all its workers).
-        self._grace = min(self.timeout, 5.0)
-        self._nodes: list[_Node] = []
-        self._node_of = [0] * self.num_workers
+        # (else a node whose reply is late counts as hung with all its workers). The grace
+        # is on the whole wait: added to each poll slice instead, it gave a late node reply
+        # only one slice (50 ms) more, and then the node's healthy workers were replaced too
+        # (seen in the chaos run with a stopped worker on a busy machine).
+        self.grace = min(pool_options["timeout"], 5.0)
+        self.nodes: list[_Node] = []
+        self.node_of = [0] * len(workers)
         k = 0
-        for (target, _), n in zip(self.nodes, share(self.num_workers, [c for _, c in self.nodes]),
+        for (target, _), n in zip(nodes, share(len(workers), [c for _, c in nodes]),
                                   strict=True):
             if n == 0:
                 continue
-            ws = self._workers[k : k + n]
+            ws = workers[k : k + n]
             k += n
-            node = _Node(len(self._nodes), target, [w.index for w in ws], ws[0].first,
+            node = _Node(len(self.nodes), target, [w.index for w in ws], ws[0].first,
                          sum(w.count for w in ws))
             for w in ws:
-                self._node_of[w.index] = node.index
-            self._nodes.append(node)
+                self.node_of[w.index] = node.index
+            self.nodes.append(node)
 
-    # ---- transport ------------------------------------------------------------------
     def _new_actor(self, node: _Node) -> None:
         opts = {}
         if node.generation and node.target is not None and node.target not in dict(
@@ -387,65 +430,73 @@ class RayNodeVecEnv(RayVecEnv):
             log.warning("Ray node %s is gone; node actor %d goes where Ray places it",
                         node.target, node.index)
             node.target = None
-        if self._placement and node.target is not None:
+        if self.placement and node.target is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node.target, soft=False)
-        spec = dataclasses.replace(self.sim_spec, num_sims=node.count)
-        events = self._bufs.events[node.first : node.first + node.count].copy()
-        node.handle = self._actor_cls.options(**opts).remote(
-            spec, node.first, len(node.workers), events, self._same_step, self._pool_options,
-            self.chunk_bytes)
-        self._handles.append(node.handle)
+        spec = dataclasses.replace(self.spec, num_sims=node.count)
+        events = self.bufs.events[node.first : node.first + node.count].copy()
+        node.handle = self.actor_cls.options(**opts).remote(
+            spec, node.first, len(node.workers), events, self.same_step, self.pool_options,
+            self.chunk_bytes, self.channels)
+        self.handles.append(node.handle)
         node.generation += 1
         node.lost = False
         node.pid = node.ip = node.node_id = None
 
-    def _launch(self, w: Worker, reset_seeds: list | None) -> None:
-        node = self._nodes[self._node_of[w.index]]
+    # ---- the contract ---------------------------------------------------------------
+    def start(self, w: Worker, reset_seeds: list | None) -> None:
+        node = self.nodes[self.node_of[w.index]]
         if node.handle is None:
             self._new_actor(node)
         j = w.index - node.workers[0]
         w.handle = _Slot(node.index, j, node.generation)
+        w.command = "boot"
         node.launches[j] = reset_seeds
 
-    def _post(self, w: Worker, command: str, payload: Any) -> None:
-        slot: _Slot | None = w.handle
-        node = self._nodes[self._node_of[w.index]]
-        if slot is None or node.handle is None or node.lost or slot.generation != node.generation:
-            self._early.append(Reply(w.index, "died",
-                                     detail=" (its node actor was lost); its envs were lost"))
-            return
-        if node.command not in (None, command):
-            self._send(node)
-        node.command = command
-        node.pending[slot.j] = payload
-
-    def _post_all(self, ws: Sequence[Worker], command: str, payloads: Any = None) -> None:
+    def post(self, ws: Sequence[Worker], command: str, payloads: Any) -> None:
         """Gather the commands per node, then send each node one call."""
-        super()._post_all(ws, command, payloads)
+        per = isinstance(payloads, dict)
+        for w in ws:
+            w.command = command
+            slot: _Slot | None = w.handle
+            node = self.nodes[self.node_of[w.index]]
+            if (slot is None or node.handle is None or node.lost
+                    or slot.generation != node.generation):
+                self.early.append(Reply(w.index, "died",
+                                        detail=" (its node actor was lost); its envs were lost"))
+                continue
+            if node.command not in (None, command):
+                self._send(node)
+            node.command = command
+            node.pending[slot.j] = payloads[w.index] if per else payloads
         self._flush()
 
     def _flush(self) -> None:
         """Send every node its gathered launches and command, one remote call each."""
-        try:
-            with sigint_deferred():
-                for node in self._nodes:
-                    self._send(node)
-        except BaseException:
-            self._interrupted = True  # the next call sends what is left and collects it
-            raise
+        hook = self.hook
+        for node in self.nodes:
+            sent = self._send(node)
+            if sent and hook is not None:
+                hook("handout")
+                hook = None
 
-    def _send(self, node: _Node) -> None:
+    def _send(self, node: _Node) -> bool:
+        sent = False
+        if (node.pending and node.command == "step" and node.sock is not None
+                and len(node.pending) == len(node.workers) and not node.launches):
+            self._send_step(node)
+            return True
         if node.launches:
             ref = node.handle.launch.remote(node.launches)
             node.inflight[ref] = ("boot", [node.workers[j] for j in node.launches], [ref])
             node.launches = {}
+            sent = True
         if node.pending:
             command, pending = node.command, node.pending
             every = len(pending) == len(node.workers)
-            n = self.agents_per_sim
-            actions = (self._bufs.act[node.first * n : (node.first + node.count) * n]
+            n = self.n
+            actions = (self.bufs.act[node.first * n : (node.first + node.count) * n]
                        if command == "step" else None)
             payload = next(iter(pending.values())) if command == "step" else pending
             refs = node.run.remote(command, None if every else sorted(pending), payload, actions)
@@ -453,31 +504,100 @@ class RayNodeVecEnv(RayVecEnv):
                 refs = [refs]
             node.inflight[refs[0]] = (command, [node.workers[j] for j in sorted(pending)], refs)
             node.command, node.pending = None, {}
+            sent = True
+        return sent
 
-    def _deadline(self, ws: Sequence[Worker]) -> float:
-        # The grace on the whole wait: added to each poll slice instead, it gave a late
-        # node reply only one slice (50 ms) more, and then the node's healthy workers
-        # were replaced too (seen in the chaos run with a stopped worker on a busy machine).
-        return super()._deadline(ws) + self._grace
+    def _send_step(self, node: _Node) -> None:
+        """A whole node's step through its step channel: its actions, no Ray call."""
+        n = self.n
+        acts = self.bufs.act[node.first * n : (node.first + node.count) * n]
+        same_step = bool(next(iter(node.pending.values())))
+        ws = [node.workers[j] for j in sorted(node.pending)]
+        node.command, node.pending = None, {}
+        try:
+            node.sock.sendall(STEP_HEAD.pack(int(same_step), acts.nbytes))
+            node.sock.sendall(memoryview(acts.reshape(-1).view(np.uint8)))
+        except OSError as exc:  # its actor is gone
+            self.early += self._lost_channel(node, ws, exc)
+            return
+        node.sock_ws = ws
 
-    def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
-        if self._early:
-            out, self._early = self._early, []
+    def _connect(self, node: _Node, channel: tuple | None) -> None:
+        """Open the node's step channel (if its actor has one); else it steps through Ray."""
+        if channel is None or node.copies is None:
+            return
+        ip, port, token = channel
+        try:
+            sock = socket.create_connection((ip, port), timeout=10.0)
+            sock.sendall(token)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:
+            log.warning("node actor %d: no step channel to %s:%s (%s); steps go through Ray",
+                        node.index, ip, port, exc)
+            return
+        sock.settimeout(None)
+        node.sock = sock
+        node.rbuf = np.empty(sum(nbytes for _, _, nbytes, _, _ in node.copies), np.uint8)
+
+    def _lost_channel(self, node: _Node, ws: list[int], exc: BaseException) -> list[Reply]:
+        """Its step channel broke: the actor is gone (or going); its workers died."""
+        if node.sock is not None:
+            node.sock.close()
+        node.sock, node.sock_ws = None, None
+        node.lost = True
+        detail = (f" (its node actor was lost; step channel: {type(exc).__name__}: {exc}); "
+                  "its envs were lost")
+        return [Reply(i, "died", detail=detail) for i in ws]
+
+    def _receive_step(self, node: _Node) -> list[Reply]:
+        """A node's step reply from its channel (it is readable)."""
+        ws, sock = node.sock_ws, node.sock
+        try:
+            # The reply follows its first byte at once; an actor stopped in the middle of
+            # one counts as lost after the timeout (never a wait for ever).
+            sock.settimeout(self.pool_options["timeout"])
+            head = _recv_bytes(sock, REPLY_HEAD.size)
+            nblock, nnotes = REPLY_HEAD.unpack(head)
+            if nblock != len(node.rbuf):
+                raise ConnectionError(f"a block of {nblock} bytes; expected {len(node.rbuf)}")
+            _recv_into(sock, memoryview(node.rbuf))
+            notes = pickle.loads(_recv_bytes(sock, nnotes)) if nnotes else None
+            sock.settimeout(None)
+        except (OSError, ConnectionError, pickle.UnpicklingError) as exc:
+            return self._lost_channel(node, ws, exc)
+        node.sock_ws = None
+        return self._node_replies(node, "step", ws, (node.rbuf, notes))
+
+    def poll(self, deadline: float, want: int) -> list[Reply]:
+        if self.early:
+            out, self.early = self.early, []
             return out
-        self._flush()
-        owner = {ref: node for node in self._nodes for ref in node.inflight}
-        if not owner:
+        with sigint_deferred():  # launches gathered by start() go out here
+            self._flush()
+        owner = {ref: node for node in self.nodes for ref in node.inflight}
+        socks = {node.sock: node for node in self.nodes if node.sock_ws}
+        if not owner and not socks:
             return []
-        busy = sum(len(ws) for node in self._nodes for _, ws, _ in node.inflight.values())
-        ray = self._ray
+        remaining = max(0.0, deadline - time.monotonic())
+        out: list[Reply] = []
+        if socks:
+            # Ray's calls in flight too (rare: a node without a channel, a repair): look
+            # at the channels briefly, then at Ray.
+            ready_socks, _, _ = select.select(list(socks), [], [],
+                                              min(remaining, 0.002) if owner else remaining)
+            for sock in ready_socks:
+                out += self._receive_step(socks[sock])
+            if not owner:
+                return out
+        busy = sum(len(ws) for node in self.nodes for _, ws, _ in node.inflight.values())
+        ray = self.ray
         ready, _ = ray.wait(list(owner), num_returns=len(owner) if want >= busy else 1,
-                            timeout=max(0.0, deadline - time.monotonic()))
+                            timeout=0.0 if socks else remaining)
         calls = [(owner[ref], *owner[ref].inflight.pop(ref)) for ref in ready]
         try:  # one get for every answer (a call's return values come together)
             values = ray.get([r for *_, refs in calls for r in refs])
-        except self._errors:
+        except self.errors:
             values = None
-        out: list[Reply] = []
         at = 0
         for node, kind, ws, refs in calls:
             try:
@@ -487,31 +607,33 @@ class RayNodeVecEnv(RayVecEnv):
                     value = got[0]
                 else:  # (replies, chunks...) -> (block, replies)
                     value = (None if got[1] is None else np.concatenate(got[1:]), got[0])
-            except self._errors as exc:
+            except self.errors as exc:
                 node.lost = True
                 reason = _reason(exc)
                 detail = (f" (its node actor was lost; ray: {type(exc).__name__}: {reason}); "
                           "its envs were lost")
                 out += [Reply(i, "died", detail=detail) for i in ws]
                 continue
-            out += self._replies(node, kind, ws, value)
+            out += self._node_replies(node, kind, ws, value)
         return out
 
-    def _replies(self, node: _Node, kind: str, ws: list[int], value: Any) -> list[Reply]:
+    def _node_replies(self, node: _Node, kind: str, ws: list[int], value: Any) -> list[Reply]:
         out = []
         if kind == "boot":
             info, offsets, results = value
-            node.pid, node.ip, node.node_id = info
+            node.pid, node.ip, node.node_id, channel = info
             if offsets is not None:
                 offsets, chunks = offsets
                 if node.copies is None:
-                    node.copies = self._plan(node, offsets)
+                    node.copies = self._node_plan(node, offsets)
                 node.run = (node.handle.run if chunks == 1
                             else node.handle.run.options(num_returns=chunks + 1))
+                if node.sock is None and self.channels:
+                    self._connect(node, channel)
             for j, (k, pid, detail) in results.items():
                 i = node.workers[j]
-                if self._workers[i].handle is not None:
-                    self._workers[i].handle.pid = pid
+                if self.workers[i].handle is not None:
+                    self.workers[i].handle.pid = pid
                 out.append(Reply(i, "booted" if k == "booted" else "boot_failed",
                                  detail=detail or k))
             return out
@@ -523,21 +645,21 @@ class RayNodeVecEnv(RayVecEnv):
                         dst[...] = block[off : off + nbytes].view(dtype).reshape(shape)
                 else:
                     for i in ws:
-                        self._copy_worker(node, block, self._workers[i])
+                        self._copy_worker(node, block, self.workers[i])
             return [Reply(i, "ok") for i in ws]
         for j, k, failures, result, detail in notes:
             i = node.workers[j]
             if k == "ok" and block is not None:
-                self._copy_worker(node, block, self._workers[i])
+                self._copy_worker(node, block, self.workers[i])
             out.append(Reply(i, k, failures, result, detail))
         return out
 
-    def _plan(self, node: _Node, offsets: dict[str, int]) -> list:
+    def _node_plan(self, node: _Node, offsets: dict[str, int]) -> list:
         """``(destination, offset, nbytes, dtype, shape)`` per field, for the whole node."""
         plan = []
-        n = self.agents_per_sim
-        for name in self._fields:
-            whole = getattr(self._bufs, name)
+        n = self.n
+        for name in self.fields:
+            whole = getattr(self.bufs, name)
             unit = 1 if name in SIM_FIELDS else n
             dst = whole[node.first * unit : (node.first + node.count) * unit]
             plan.append((dst, offsets[name], dst.nbytes, dst.dtype, dst.shape))
@@ -551,12 +673,13 @@ class RayNodeVecEnv(RayVecEnv):
             src = block[off : off + nbytes].view(dtype).reshape(shape)
             dst[lo * unit : (lo + w.count) * unit] = src[lo * unit : (lo + w.count) * unit]
 
-    def _kill(self, w: Worker) -> None:
+    def stop(self, w: Worker) -> None:
         slot: _Slot | None = w.handle
         if slot is None:
             return
-        node = self._nodes[slot.node]
-        waiting = any(w.index in ws for _, ws, _ in node.inflight.values())
+        node = self.nodes[slot.node]
+        waiting = (any(w.index in ws for _, ws, _ in node.inflight.values())
+                   or w.index in (node.sock_ws or ()))
         if node.handle is not None and slot.generation == node.generation and (
             node.lost or waiting
         ):
@@ -564,20 +687,28 @@ class RayNodeVecEnv(RayVecEnv):
         w.handle = None
 
     def _kill_actor(self, node: _Node) -> None:
-        try:
-            self._ray.kill(node.handle, no_restart=True)
-        except Exception:
-            pass
-        self._handles[:] = [h for h in self._handles if h is not node.handle]
-        for _, ws, _ in node.inflight.values():  # calls that will never answer
-            self._early += [Reply(i, "died", detail=" (its node actor was killed)")
-                            for i in ws if self._workers[i].busy]
+        kill_actors(self.ray, [node.handle])
+        self.handles[:] = [h for h in self.handles if h is not node.handle]
+        lost = [ws for _, ws, _ in node.inflight.values()] + [node.sock_ws or []]
+        for ws in lost:  # calls that will never answer
+            self.early += [Reply(i, "died", detail=" (its node actor was killed)")
+                           for i in ws if self.workers[i].command]
+        if node.sock is not None:
+            node.sock.close()
+        node.sock, node.sock_ws = None, None
         node.handle = None
         node.inflight.clear()
         node.command, node.pending, node.launches = None, {}, {}
 
+    def close(self) -> None:
+        for node in self.nodes:
+            if node.sock is not None:
+                node.sock.close()
+                node.sock = None
+        super().close()
+
     def describe(self, w: Worker) -> str:
-        node = self._nodes[self._node_of[w.index]]
+        node = self.nodes[self.node_of[w.index]]
         where = f"pid {node.pid} on {node.ip}" if node.pid is not None else "not started"
         slot: _Slot | None = w.handle
         pid = f"pid {slot.pid}" if slot is not None and slot.pid is not None else "not running"
@@ -585,28 +716,80 @@ class RayNodeVecEnv(RayVecEnv):
         return (f"ray node actor {node.index} ({where}), its shm worker {j} ({pid}, envs "
                 f"{w.first}..{w.first + w.count - 1})")
 
-    # ---- extras ---------------------------------------------------------------------
-    def worker_pids(self) -> list[int]:
-        """Process ids of the pools' ``shm`` workers, by worker index (on their nodes)."""
-        return [w.handle.pid for w in self._workers
+    def pids(self) -> list[int]:
+        return [w.handle.pid for w in self.workers
                 if w.handle is not None and w.handle.pid is not None]
 
     def actor_pids(self) -> list[int]:
-        """Process ids of the node actors, by node."""
-        return [node.pid for node in self._nodes if node.handle is not None and node.pid]
+        return [node.pid for node in self.nodes if node.handle is not None and node.pid]
 
     def worker_nodes(self) -> list[tuple[str, str]]:
-        """``(ip address, Ray node id)`` of the node each worker runs on, by worker index."""
         out = []
-        for w in self._workers:
-            node = self._nodes[self._node_of[w.index]]
+        for w in self.workers:
+            node = self.nodes[self.node_of[w.index]]
             if w.handle is not None and node.ip is not None:
                 out.append((node.ip, node.node_id))
         return out
 
+
+class RayNodeVecEnv(RayVecEnv):
+    """Per-node ``shm`` pools driven by one Ray actor per node; see ``docs/distributed.md``.
+
+    Built by ``make_vec(..., backend="ray", per_node=True)``. Its options are those of
+    :class:`~deszoo.vector.ray_backend.RayVecEnv`: ``num_workers`` is the pools' worker
+    processes in all, shared out over the nodes in proportion to their CPUs (default: the
+    CPUs of the nodes, at most one per env); ``timeout`` is a pool's for its workers (the
+    parent gives a node actor ``min(timeout, 5)`` seconds more); ``nodes`` the
+    ``[(Ray node id, CPUs), ...]`` to use (default: every alive node with CPUs; a node id
+    may repeat); ``start_method`` and ``spin_us`` (default 0: the next command comes
+    through a Ray call, a millisecond later, so spinning would only burn the core) those of
+    the pools.
+    """
+
+    per_node = True
+    chunk_bytes = CHUNK  # largest return value of a node actor's reply
+
+    @classmethod
+    def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
+        return cls(spec, seed, opts)
+
+    def __init__(self, spec: VecSpec, seed: int | None, opts: dict[str, Any]):
+        _procs.context(opts["start_method"])  # ConfigError before Ray starts
+        self.started_ray = ensure_ray(opts["address"])
+        nodes = opts["nodes"]
+        if nodes is None:
+            nodes = alive_nodes()
+            if not nodes:
+                raise ConfigError("per_node=True: Ray has no alive node with a CPU")
+        elif not nodes or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 1 for _, c in nodes
+        ):
+            raise ConfigError(f"nodes={nodes!r} must be a non-empty list of (node id, CPUs >= 1)")
+        self.nodes = [(nid, int(c)) for nid, c in nodes]
+        workers = opts["num_workers"]
+        if workers is None:
+            workers = min(sum(c for _, c in self.nodes), spec.num_sims)
+        elif workers > spec.num_sims:
+            raise ConfigError(
+                f"make_vec(backend='ray'): num_workers={workers} is more than "
+                f"num_envs={spec.num_sims}: each worker hosts at least one env"
+            )
+        super().__init__(spec, seed, {**opts, "num_workers": workers})
+
+    def _transport(self, opts: dict[str, Any]) -> Transport:
+        if opts["boot_timeout"] is not None:
+            self.boot_timeout = float(opts["boot_timeout"])
+        else:
+            self.boot_timeout = max(self.timeout, 60.0)
+        pool_options = dict(start_method=opts["start_method"], spin_us=opts["spin_us"] or 0.0,
+                            timeout=self.timeout, close_timeout=opts["close_timeout"])
+        return RayNodeTransport(self.sim_spec, self._workers, self._same_step, self.nodes,
+                                pool_options, opts["actor_options"], opts["close_timeout"],
+                                self.chunk_bytes, opts["step_channel"] is not False)
+
     def node_workers(self) -> list[list[int]]:
         """The workers of each node actor, by node."""
-        return [list(node.workers) for node in self._nodes]
+        return [list(node.workers) for node in self.transport.nodes]
 
 
 def _reason(exc: BaseException) -> str:

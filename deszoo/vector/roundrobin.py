@@ -8,47 +8,74 @@ frames. Its transport runs each command at once, as it is handed out.
 from __future__ import annotations
 
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
-from deszoo.vector._host import Buffers, EnvGroup
-from deszoo.vector.base import DeszooVecEnv, Reply, VecSpec, Worker
+from deszoo.vector._host import Buffers, EnvGroup, Layout
+from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker
+from deszoo.vector.options import option
 
-__all__ = ["RoundRobinVecEnv"]
+__all__ = ["InProcess", "RoundRobinVecEnv"]
+
+
+class InProcess(Transport):
+    """Each worker is an :class:`EnvGroup` in this process; a command runs when posted."""
+
+    def __init__(self, factory: Any, layout: Layout):
+        self.factory = factory
+        self.bufs = Buffers(layout)
+        self.replies: list[Reply] = []
+        self.groups: dict[int, EnvGroup] = {}
+
+    def start(self, w: Worker, reset_seeds: list | None) -> None:
+        w.command = "boot"
+        try:
+            w.handle = self.groups[w.index] = EnvGroup(self.factory, self.bufs, w.first,
+                                                       w.count, reset_seeds)
+            self.replies.append(Reply(w.index, "booted"))
+        except Exception as exc:
+            detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+            self.replies.append(Reply(w.index, "boot_failed", detail=detail))
+
+    def post(self, ws: Sequence[Worker], command: str, payloads: Any) -> None:
+        per = isinstance(payloads, dict)
+        for k, w in enumerate(ws):
+            failures, value = w.handle.run(command, payloads[w.index] if per else payloads)
+            w.command = command
+            self.replies.append(Reply(w.index, "ok", failures, value))
+            if k == 0 and self.hook is not None:
+                self.hook("handout")
+
+    def poll(self, deadline: float, want: int) -> list[Reply]:
+        out, self.replies = self.replies, []
+        return out
+
+    def stop(self, w: Worker) -> None:
+        group = self.groups.pop(w.index, None)
+        if group is not None:
+            group.close()
+        w.handle = None
+
+    def close(self) -> None:
+        for group in self.groups.values():
+            group.close()
+        self.groups.clear()
 
 
 class RoundRobinVecEnv(DeszooVecEnv):
     """All envs in one process; see :func:`deszoo.vector.make_vec`."""
 
     backend = "roundrobin"
+    options = (
+        option("num_workers", None, "choice", "none: every env runs in the calling process",
+               choices=(1,), none=True,
+               note="roundrobin runs every env in the calling process; use backend='shm' "
+                    "for worker processes"),
+    )
 
-    def __init__(self, spec: VecSpec, seed: int | None = 0, **options: Any):
-        super().__init__(spec, seed=seed, num_workers=1, **options)
-        self._bufs = Buffers(self.layout)
-        self._replies: list[Reply] = []
-        self._boot()
+    @classmethod
+    def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
+        return cls(spec, seed, {**opts, "num_workers": 1})
 
-    def _launch(self, w: Worker, reset_seeds: list | None) -> None:
-        try:
-            w.handle = EnvGroup(self.sim_spec.factory, self._bufs, w.first, w.count,
-                                reset_seeds)
-            self._replies.append(Reply(w.index, "booted"))
-        except Exception as exc:
-            detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
-            self._replies.append(Reply(w.index, "boot_failed", detail=detail))
-
-    def _post(self, w: Worker, command: str, payload: Any) -> None:
-        failures, value = w.handle.run(command, payload)
-        self._replies.append(Reply(w.index, "ok", failures, value))
-
-    def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
-        out, self._replies = self._replies, []
-        return out
-
-    def _kill(self, w: Worker) -> None:
-        if w.handle is not None:
-            w.handle.close()
-            w.handle = None
-
-    def _shutdown(self) -> None:
-        for w in self._workers:
-            self._kill(w)
+    def _transport(self, opts: dict[str, Any]) -> Transport:
+        return InProcess(self.sim_spec.factory, self.layout)

@@ -1,7 +1,7 @@
 """``shm``: worker processes hosting several envs each, results in shared memory.
 
 Design (PufferLib and EnvPool style); the lifecycle (boot, faults, restarts, async) is the
-base class's, this module is only the transport:
+base class's, this module is only the transport (:class:`ShmTransport`):
 
 * One shared block (``multiprocessing.RawArray``) holds every batch buffer: observations,
   final observations, masks, actions, rewards, flags, per-env clocks and event counts.
@@ -11,22 +11,24 @@ base class's, this module is only the transport:
   and a code) written by the parent, the answer (the sequence number done, tagged with the
   worker's generation, and a status) written by the worker, and the worker's "asleep"
   flag. The worker runs a command once per new sequence number, so handing a batch out
-  again after a Ctrl-C is harmless.
+  again after a Ctrl-C is harmless, and the parent reads answers from the control block
+  until the lifecycle takes them (both ``post`` and ``poll`` are idempotent).
 * An idle worker watches its slot for ``spin_us`` (yielding its core at each look), then
   raises its asleep flag and sleeps on its doorbell pipe; the parent writes a doorbell
   byte only to a worker whose flag is up.
-* The parent reads the answers from the control block. A worker wakes it by writing its
-  index to the one results pipe that all workers share (so replies keep the order in
-  which workers finished), and only when the parent may be waiting for it: on a sync
-  step only the last worker to finish does (each checks the others' slots), so the parent
-  sleeps in one ``poll`` and wakes once per step. That ``poll`` also watches every
-  worker's process sentinel, so a killed worker is seen at once.
+* A worker wakes the parent by writing its index to the one results pipe that all workers
+  share (so replies keep the order in which workers finished), and only when the parent
+  may be waiting for it: on a sync step only the last worker to finish does (each checks
+  the others' slots), so the parent sleeps in one ``poll`` and wakes once per step. That
+  ``poll`` also watches every worker's process sentinel, so a killed worker is seen at once.
 * Both sides write their flag, then a memory barrier, then read the other's (Dekker
   style), so a wake-up is never missed on x86; elsewhere every sleep is also cut to 50 ms
   as a safety net. No lock is shared with the workers, so a worker killed at any moment
   cannot block the parent.
 * Pickles go over a second, per-worker pipe only for rare things: reset seeds, calls,
   rebuilds, errors.
+* A sync step is one method (:meth:`ShmTransport.step`): hand out, one ``poll``, one
+  ``read``, read the answers; anything but "every worker answered ok" goes the general way.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from __future__ import annotations
 import logging
 import os
 import select
-import signal
 import struct
 import threading
 import time
@@ -45,11 +46,12 @@ from typing import Any
 
 import numpy as np
 
-from deszoo.errors import ConfigError
+from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, EnvGroup, Layout
-from deszoo.vector.base import DeszooVecEnv, Reply, VecSpec, Worker
+from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker, usable_cores
+from deszoo.vector.options import option
 
-__all__ = ["ShmVecEnv"]
+__all__ = ["ShmTransport", "ShmVecEnv", "SHM_OPTIONS"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,14 @@ SPIN_US = 2000.0
 # is taking and releasing a private lock: that runs a locked instruction (x86), which
 # orders this process's earlier stores before its later loads.
 NET = 0.05
+
+SHM_OPTIONS = (
+    _procs.START_METHOD,
+    _procs.CLOSE_TIMEOUT,
+    option("spin_us", None, "number", "microseconds an idle worker polls for its next "
+           "command before it sleeps (default: 2000 when each worker has a core, else 0)",
+           minimum=0, none=True),
+)
 
 
 def _control(raw: Any, num_workers: int) -> memoryview:
@@ -108,9 +118,10 @@ def _worker_main(
     msgs: Any,
     inherited: list,
     spin: float,
+    parent: int | None,
 ) -> None:
     """Body of a worker process: build the envs, then serve commands until told to close."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
+    _procs.worker_begins(parent)
     for conn in inherited:  # under fork: the parent's ends of other pipes (EOF detection)
         conn.close()
     ctl = _control(control, num_workers)
@@ -207,11 +218,9 @@ class _Proc:
     tag: int  # its generation, as in its answers
     seq: int = 0
     expect: int = -1  # the answer to the command in flight: tag | seq
+    sent: int = 0  # the sequence number whose arguments were sent
     kept: tuple[int, Reply] | None = None  # an answer whose data was read: (expect, reply)
     dead: bool = False
-
-    def describe(self) -> str:
-        return f"pid {self.proc.pid}"
 
 
 class _Processes:
@@ -238,113 +247,77 @@ class _Processes:
         for p in self.procs.values():
             p.proc.join(max(0.0, deadline - time.monotonic()))
         for p in list(self.procs.values()):
-            _end(p)
+            _procs.end(p.proc, p.doorbell, p.msgs)
         self.procs.clear()
         for conn in self.conns:
             conn.close()
         self.conns.clear()
 
 
-def _end(p: _Proc) -> None:
-    """Kill (if needed), reap and close one worker's process and pipes."""
-    if p.proc.is_alive():
-        p.proc.kill()
-        p.proc.join(5.0)
-    if not p.proc.is_alive():
-        p.proc.close()
-    p.doorbell.close()
-    p.msgs.close()
-
-
-class ShmVecEnv(DeszooVecEnv):
-    """Shared-memory multiprocess backend; see :func:`deszoo.vector.make_vec`.
+class ShmTransport(Transport):
+    """Worker processes over one shared block; see the module docstring.
 
     Args:
-        spec: what to build.
-        seed: seed of the first ``reset()`` (env ``i`` gets ``seed + i``).
-        num_workers: worker processes (at most ``num_sims``).
-        batch_size: envs per ``recv`` in async mode; ``None`` means all (sync mode).
-        timeout: seconds to wait for any worker answer before it counts as hung.
-        start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (default: the platform's).
-        close_timeout: seconds ``close`` waits for workers to exit before killing them.
-        spin_us: microseconds an idle worker watches for the next command before it
-            sleeps; ``None``: 2000 when every worker can have a core of its own, else 0
-            (spinning workers that share cores slow each other down).
-        **options: ``on_error``, ``autoreset_mode``, ``copy`` (see :class:`DeszooVecEnv`).
+        spec: what the workers build.
+        workers: the vector env's workers (all of them; the transport sees every slot).
+        spin_us: how long an idle worker polls before it sleeps.
+        start_method: the multiprocessing start method.
+        timeout: how long a worker may take between its answer and the data that follows.
+        close_timeout: seconds :meth:`close` waits for workers to exit before killing them.
+        arm_always: make workers die with this process even when started from a thread
+            other than the main one (the Ray node actors, whose thread lives as long).
     """
 
-    backend = "shm"
+    idempotent = True
 
-    def __init__(
-        self,
-        spec: VecSpec,
-        seed: int | None = 0,
-        num_workers: int = 1,
-        batch_size: int | None = None,
-        timeout: float = 60.0,
-        start_method: str | None = None,
-        close_timeout: float = 5.0,
-        spin_us: float | None = None,
-        **options: Any,
-    ):
-        import multiprocessing as mp
+    def __init__(self, spec: VecSpec, workers: list[Worker], spin_us: float,
+                 start_method: str | None, timeout: float, close_timeout: float,
+                 arm_always: bool = False):
+        self.ctx = _procs.context(start_method)
+        self.start_method = self.ctx.get_start_method()
+        self.factory = spec.factory
+        self.layout = spec.layout
+        self.workers = workers
+        self.num_workers = len(workers)
+        self.spin = float(spin_us) * 1e-6
+        self.timeout = timeout
+        self.arm_always = arm_always
+        self.memory = self.ctx.RawArray("B", self.layout.nbytes())
+        self.control = self.ctx.RawArray("B", 8 * SLOT * self.num_workers + 64)
+        self.ctl = _control(self.control, self.num_workers)
+        self.barrier = threading.Lock()
+        self.bufs = Buffers(self.layout, self.memory)
+        self.results_r, self.results_w = self.ctx.Pipe(duplex=False)
+        self.results_fd = self.results_r.fileno()
+        self.poller = select.poll()
+        self.poller.register(self.results_fd, select.POLLIN)
+        self.by_sentinel: dict[int, Worker] = {}
+        self.ok = [Reply(i, "ok") for i in range(self.num_workers)]  # shared, never changed
+        self.procs = _Processes(self.ctl, float(close_timeout))
+        self.procs.conns += [self.results_r, self.results_w]
+        self.finalizer = weakref.finalize(self, self.procs.stop)
 
-        from deszoo.vector import usable_cores
-
-        super().__init__(spec, seed=seed, num_workers=num_workers, batch_size=batch_size,
-                         timeout=timeout, **options)
-        if spin_us is None:
-            spin_us = SPIN_US if self.num_workers <= usable_cores() else 0.0
-        if not (isinstance(spin_us, (int, float)) and 0 <= spin_us < float("inf")):
-            raise ConfigError(f"spin_us={spin_us!r} must be a number >= 0 (microseconds)")
-        self.spin_us = float(spin_us)
-        try:
-            self._ctx = mp.get_context(start_method)
-        except ValueError:
-            raise ConfigError(
-                f"start_method={start_method!r}; valid: None or one of "
-                f"{mp.get_all_start_methods()}"
-            ) from None
-        self.start_method = self._ctx.get_start_method()
-        self._memory = self._ctx.RawArray("B", self.layout.nbytes())
-        self._control = self._ctx.RawArray("B", 8 * SLOT * self.num_workers + 64)
-        self._ctl = _control(self._control, self.num_workers)
-        self._barrier = threading.Lock()
-        self._bufs = Buffers(self.layout, self._memory)
-        self._results_r, self._results_w = self._ctx.Pipe(duplex=False)
-        self._results_fd = self._results_r.fileno()
-        self._poller = select.poll()
-        self._poller.register(self._results_fd, select.POLLIN)
-        self._by_sentinel: dict[int, Worker] = {}
-        self._early: dict[int, Reply] = {}  # replies known without waiting (dead on posting)
-        # Replies "ok" of every worker, shared (replies are never changed).
-        self._ok = [Reply(i, "ok") for i in range(self.num_workers)]
-        self._all_ok = dict(enumerate(self._ok))
-        self._procs = _Processes(self._ctl, float(close_timeout))
-        self._procs.conns += [self._results_r, self._results_w]
-        self._finalizer = weakref.finalize(self, self._procs.stop)
-        self._boot()
-
-    # ---- transport ------------------------------------------------------------------
-    def _launch(self, w: Worker, reset_seeds: list | None) -> None:
-        ctx = self._ctx
+    # ---- the contract ---------------------------------------------------------------
+    def start(self, w: Worker, reset_seeds: list | None) -> None:
+        ctx = self.ctx
         door_r, door_w = ctx.Pipe(duplex=False)
         msgs_parent, msgs_child = ctx.Pipe(duplex=True)
         inherited: list = []
         if self.start_method == "fork":
-            inherited = [self._results_r, door_w, msgs_parent] + [
-                c for p in self._procs.procs.values() for c in (p.doorbell, p.msgs)
+            inherited = [self.results_r, door_w, msgs_parent] + [
+                c for p in self.procs.procs.values() for c in (p.doorbell, p.msgs)
             ]
         base = w.index * SLOT
-        for field in range(SLOT):
-            self._ctl[base + field] = -1 if field == DONE else 0  # DONE -1: no answer yet
+        for slot_field in range(SLOT):
+            self.ctl[base + slot_field] = -1 if slot_field == DONE else 0  # -1: no answer
+        parent = _procs.parent_token(self.start_method, self.arm_always)
         proc = ctx.Process(
             target=_worker_main,
             name=f"deszoo-shm-{w.index}",
             args=(
-                w.index, w.generation, self.sim_spec.factory, self._memory, self._control,
+                w.index, w.generation, self.factory, self.memory, self.control,
                 self.num_workers, self.layout, w.first, w.count, reset_seeds, door_r,
-                self._results_w, msgs_child, inherited, self.spin_us * 1e-6,
+                self.results_w, msgs_child, inherited, self.spin, parent,
             ),
             daemon=True,
         )
@@ -355,148 +328,144 @@ class ShmVecEnv(DeszooVecEnv):
         p = _Proc(proc, door_w, msgs_parent, door_w.fileno(), proc.sentinel, base, tag,
                   expect=tag)
         w.handle = p
-        self._procs.procs[w.index] = p
-        self._by_sentinel[p.sentinel] = w
-        self._poller.register(p.sentinel, select.POLLIN)
+        w.command = "boot"
+        self.procs.procs[w.index] = p
+        self.by_sentinel[p.sentinel] = w
+        self.poller.register(p.sentinel, select.POLLIN)
 
-    def _post(self, w: Worker, command: str, payload: Any) -> None:
-        p: _Proc = w.handle
-        if p.dead:
-            self._early[w.index] = Reply(w.index, "died", detail=self._exit_detail(p))
-            return
-        p.seq += 1
-        p.expect = p.tag | p.seq
-        self._ctl[p.base + CODE] = (
-            STEP_SAME if command == "step" and payload else CODES[command])
-        self._ctl[p.base + CMD] = p.seq
-        self._barrier.acquire()
-        self._barrier.release()
-        self._ring(p)
+    def post(self, ws: Sequence[Worker], command: str, payloads: Any) -> None:
+        if command == "step":
+            code = STEP_SAME if payloads else CODES["step"]
+            if len(ws) == self.num_workers:
+                # The parent waits for every worker: only the last to finish need wake it.
+                code |= LAST_ONLY
+        else:
+            code = CODES[command]
+        self._hand_out(ws, command, code)
         if command in PAYLOAD:
             # After the doorbell: the worker reads the arguments once it is woken, and an
-            # argument larger than the pipe's buffer would block the parent until then.
-            try:
-                p.msgs.send((p.seq, payload))
-            except OSError:  # it is gone (its sentinel tells how)
-                p.proc.join(1.0)
-                self._early[w.index] = Reply(w.index, "died", detail=self._exit_detail(p))
+            # argument larger than the pipe's buffer would block the parent until then. A
+            # copy sent twice (a hand-out done again) is skipped by the worker.
+            per = isinstance(payloads, dict)
+            for w in ws:
+                p: _Proc = w.handle
+                if p.dead or p.sent == p.seq:
+                    continue
+                try:
+                    p.msgs.send((p.seq, payloads[w.index] if per else payloads))
+                except OSError:  # it is gone: its sentinel tells how
+                    p.proc.join(1.0)
+                    p.dead = True
+                p.sent = p.seq
 
-    def _ring(self, p: _Proc) -> None:
-        """Wake worker ``p`` if it sleeps (after its new command and a barrier)."""
-        if not self._ctl[p.base + ASLEEP]:
-            return  # it is spinning and sees the command by itself
-        try:
-            os.write(p.fd, DOORBELL)
-        except OSError:  # it died meanwhile: the sentinel will tell
-            pass
-
-    def _post_all(self, ws, command, payloads=None) -> None:
-        if command != "step":
-            super()._post_all(ws, command, payloads)
-            return
-        # The hot path: no pickles, so no need to hold off Ctrl-C; instead the hand-out is
-        # idempotent (a worker gets its new sequence number once, when it stops being
-        # idle) and is done again in full if it was cut short, so no worker is left
-        # believed busy but never told.
-        code = STEP_SAME if payloads else CODES["step"]
-        if len(ws) == self.num_workers:
-            # The parent waits for every worker, so only the last to finish need wake it.
-            # (A worker found dead here died idle: its slot shows no command in flight.)
-            code |= LAST_ONLY
-        try:
-            self._hand_out(ws, code)
-        except BaseException:
-            self._hand_out(ws, code)
-            self._interrupted = True
-            raise
-
-    def _hand_out(self, ws: Sequence[Worker], code: int) -> None:
-        ctl = self._ctl
+    def _hand_out(self, ws: Sequence[Worker], command: str, code: int) -> None:
+        """Write each worker's command into its slot (once per command: a worker that
+        already has it keeps its sequence number), then ring the sleepers."""
+        ctl = self.ctl
         for w in ws:
             p: _Proc = w.handle
-            if w.busy is None:  # not handed out yet (commands go to idle workers only)
-                w.busy = "step"
-                if p.dead:
-                    self._early[w.index] = Reply(w.index, "died", detail=self._exit_detail(p))
-                    continue
+            if w.command is None:  # not handed out yet
+                w.command = command
                 p.seq += 1
                 p.expect = p.tag | p.seq
-            elif p.dead:
-                continue
-            ctl[p.base + CODE] = code  # the code before the sequence number: a worker that
-            ctl[p.base + CMD] = p.seq  # sees the new number sees the new code (x86 order)
-        self._barrier.acquire()
-        self._barrier.release()
+            if not p.dead:  # (a dead one is reported by poll)
+                ctl[p.base + CODE] = code  # the code before the sequence number: a worker
+                ctl[p.base + CMD] = p.seq  # that sees the new number sees the new code
+        self.barrier.acquire()
+        self.barrier.release()
+        hook = self.hook
         for w in ws:
             p = w.handle
-            if not p.dead:
-                self._ring(p)
+            if ctl[p.base + ASLEEP] and not p.dead:  # a spinning one sees it by itself
+                try:
+                    os.write(p.fd, DOORBELL)
+                except OSError:  # it died meanwhile: the sentinel will tell
+                    pass
+            if hook is not None and w is ws[0]:
+                hook("handout")
 
-    def _collect(self, ws: Sequence[Worker], deadline: float | None = None) -> dict[int, Reply]:
-        if deadline is None:
-            deadline = self._deadline(ws)
-        if len(ws) != self.num_workers or self._early or self._ready:
-            return super()._collect(ws, deadline)
-        # The hot path (a sync step): one wake-up, the last worker's, usually finds every
-        # answer "ok" in the control block. Anything else (data, a death, a stale wake-up,
-        # a long step) goes the general way. Ctrl-C needs no holding off here: the replies
-        # are read again from the control block (and the workers' states) until taken.
-        ready = self._ready
+    def step(self, ws: Sequence[Worker], same_step: bool, deadline: float) -> list[Reply] | None:
+        # The hot path: every worker steps; one wake-up, the last worker's, usually finds
+        # every answer "ok" in the control block. Anything else (data, a death, a stale
+        # wake-up, a long step) goes the general way (poll). Ctrl-C needs no holding off:
+        # the hand-out is done again in full if it was cut short, and the answers stay in
+        # the control block until the lifecycle takes them.
+        code = (STEP_SAME if same_step else CODES["step"]) | LAST_ONLY
         try:
-            for r in self._poll(deadline, len(ws)):
-                self._take(r)
+            self._hand_out(ws, "step", code)
         except BaseException:
-            self._interrupted = True
+            self._hand_out(ws, "step", code)
             raise
-        if len(ready) == len(ws) and list(ready.values()) == self._ok:
-            ready.clear()
-            return self._all_ok.copy()
-        return super()._collect(ws, deadline)
+        hook, ctl = self.hook, self.ctl
+        if hook is not None:
+            hook("wait")
+        results_fd = self.results_fd
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self._answers()  # the lifecycle counts who is missing as hung
+            for fd, _ in self.poller.poll(min(remaining, NET) * 1000.0 + 1.0):
+                if fd == results_fd:
+                    os.read(fd, 2048)  # wake-ups: the answers are in the control block
+                else:
+                    return self.poll(deadline, len(ws))  # a worker died
+            ok = True
+            for w in ws:
+                p = w.handle
+                if ctl[p.base + DONE] != p.expect:
+                    break
+                if ctl[p.base + STATUS] != OK:
+                    ok = False
+            else:
+                break
+        if hook is not None:
+            hook("polled")
+        if not ok:
+            return self._answers()
+        for w in ws:
+            w.command = None  # taken
+        if hook is not None:
+            hook("taken")
+        return None
 
-    def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
-        if self._early:
-            out = list(self._early.values())
-            self._early.clear()
-            return out
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return []
+    def poll(self, deadline: float, want: int) -> list[Reply]:
+        remaining = max(0.0, deadline - time.monotonic())
         woken = b""
-        for fd, _ in self._poller.poll(min(remaining, NET) * 1000.0 + 1.0):
-            if fd == self._results_fd:
+        for fd, _ in self.poller.poll(min(remaining, NET) * 1000.0):
+            if fd == self.results_fd:
                 woken = os.read(fd, 2048)  # wake-ups: the answers are in the control block
                 continue
-            w = self._by_sentinel.get(fd)
+            w = self.by_sentinel.get(fd)
             if w is not None and not w.handle.proc.is_alive():
-                w.handle.dead = True  # _answers reports it while it is busy
-                self._poller.unregister(fd)
-                del self._by_sentinel[fd]
+                w.handle.dead = True  # _answers reports it while it has a command
+                self.poller.unregister(fd)
+                del self.by_sentinel[fd]
         return self._answers(woken)
 
     def _answers(self, woken: bytes = b"") -> list[Reply]:
-        """Replies of the busy workers, read from the control block (and a dead worker's
-        death) each time until they are taken: in the order of their wake-ups (``woken``:
-        worker indices, in the order they finished), then by index. A worker that
-        answered, then died, is found dead when it is next given a command."""
+        """Replies of the workers with a command, read from the control block (and a dead
+        worker's death) each time until they are taken: in the order of their wake-ups
+        (``woken``: worker indices, in the order they finished), then by index. A worker
+        that answered, then died, is found dead when it is next given a command."""
         if len(woken) > 2:  # several wake-ups (not a sync step): keep their order
             order: Any = dict.fromkeys((*memoryview(woken).cast("H"),
                                         *range(self.num_workers)))
         else:
             order = range(self.num_workers)
-        ctl = self._ctl
+        ctl = self.ctl
         out = []
         for i in order:
-            w = self._workers[i]
+            w = self.workers[i]
             p: _Proc = w.handle
-            if w.busy is None or p is None:
+            if w.command is None or p is None:
                 continue
             if ctl[p.base + DONE] != p.expect:
                 if p.dead:
-                    out.append(Reply(i, "died", detail=self._exit_detail(p)))
+                    out.append(Reply(i, "died", detail=_procs.exit_detail(p.proc)))
                 continue
             status = ctl[p.base + STATUS]
             if status == OK:
-                out.append(self._ok[i])
+                out.append(self.ok[i])
             elif status == BOOTED:
                 out.append(Reply(i, "booted"))
             elif p.kept is not None and p.kept[0] == p.expect:
@@ -519,36 +488,57 @@ class ShmVecEnv(DeszooVecEnv):
                 reply = Reply(w.index, "ok", failures, value)
         except (EOFError, OSError):  # it died between its answer and its data
             p.proc.join(1.0)
-            return Reply(w.index, "died", detail=self._exit_detail(p))
+            return Reply(w.index, "died", detail=_procs.exit_detail(p.proc))
         p.kept = (p.expect, reply)
         return reply
 
-    @staticmethod
-    def _exit_detail(p: _Proc) -> str:
-        code = p.proc.exitcode
-        signal_note = ", killed by a signal" if code is not None and code < 0 else ""
-        return f" (exit code {code}{signal_note}); its envs were lost"
-
-    def _kill(self, w: Worker) -> None:
+    def stop(self, w: Worker) -> None:
         p: _Proc | None = w.handle
         if p is None:
             return
-        if p.sentinel in self._by_sentinel:
-            self._poller.unregister(p.sentinel)
-            del self._by_sentinel[p.sentinel]
-        self._procs.procs.pop(w.index, None)
-        _end(p)
+        if p.sentinel in self.by_sentinel:
+            self.poller.unregister(p.sentinel)
+            del self.by_sentinel[p.sentinel]
+        self.procs.procs.pop(w.index, None)
+        _procs.end(p.proc, p.doorbell, p.msgs)
         w.handle = None
 
-    def _shutdown(self) -> None:
-        finalizer = getattr(self, "_finalizer", None)  # absent if __init__ failed early
-        if finalizer is not None:
-            finalizer()
+    def close(self) -> None:
+        self.finalizer()
 
     def describe(self, w: Worker) -> str:
-        where = w.handle.describe() if w.handle is not None else "not running"
+        where = f"pid {w.handle.proc.pid}" if w.handle is not None else "not running"
         return f"worker {w.index} ({where}, envs {w.first}..{w.first + w.count - 1})"
 
-    def worker_pids(self) -> list[int]:
-        """Process ids of the workers, by worker index."""
-        return [w.handle.proc.pid for w in self._workers if w.handle is not None]
+    def pids(self) -> list[int]:
+        return [w.handle.proc.pid for w in self.workers if w.handle is not None]
+
+
+class ShmVecEnv(DeszooVecEnv):
+    """Shared-memory multiprocess backend; see :func:`deszoo.vector.make_vec`.
+
+    Options (besides the common ones): ``num_workers`` (worker processes, at most
+    ``num_sims``; default: the usable cores), ``start_method``, ``close_timeout`` and
+    ``spin_us`` (see :data:`SHM_OPTIONS`).
+    """
+
+    backend = "shm"
+    options = (
+        option("num_workers", None, "int", "worker processes (default: the usable cores, "
+               "at most one per env)", minimum=1, none=True),
+        *SHM_OPTIONS,
+    )
+
+    @classmethod
+    def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
+        return cls(spec, seed, {**opts, "num_workers": cls.workers_for(spec, opts["num_workers"])})
+
+    def _transport(self, opts: dict[str, Any]) -> Transport:
+        spin = opts["spin_us"]
+        if spin is None:
+            spin = SPIN_US if self.num_workers <= usable_cores() else 0.0
+        self.spin_us = float(spin)
+        t = ShmTransport(self.sim_spec, self._workers, self.spin_us, opts["start_method"],
+                         self.timeout, opts["close_timeout"])
+        self.start_method = t.start_method
+        return t

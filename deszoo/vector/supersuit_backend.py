@@ -20,6 +20,9 @@ The lifecycle around them is deszoo's own (see :mod:`deszoo.vector.base`). What 
   ``recv``; workers are daemonic; ``close`` closes the envs and ends the workers cleanly
   (SuperSuit's ``close`` sends ``("close", None)``, which its own worker loop does not
   understand: its workers end by raising ``AssertionError`` without closing their envs).
+* Ctrl-C. SuperSuit's worker loop ends on any exception, a ``KeyboardInterrupt`` too: a
+  terminal's Ctrl-C (sent to the whole process group) restarted every worker's envs. Its
+  workers now ignore ``SIGINT`` and die with the parent (:mod:`deszoo.vector._procs`).
 * Calls. SuperSuit's worker loop knows no generic call; ``call``/``get_attr``/``set_attr``
   and rebuilds travel as its ``("env_is_wrapped", data)`` message, which it hands to the
   envs and answers with their replies.
@@ -29,24 +32,23 @@ from __future__ import annotations
 
 import copy as _copy
 import dataclasses
+import functools
 import multiprocessing.connection
 import time
 import traceback
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import gymnasium.vector
 import numpy as np
-from supersuit.vector import ConcatVecEnv
-from supersuit.vector.multiproc_vec import async_loop, decompress_info, numpy_deepcopy
-from supersuit.vector.utils.shared_array import SharedArray
 
-from deszoo.errors import ConfigError
+from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, Call, EnvFailure, EnvGroup, Layout
-from deszoo.vector.base import DeszooVecEnv, Reply, VecSpec, Worker
+from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker
+from deszoo.vector.options import option
 
-__all__ = ["AgentVecEnv", "SuperSuitVecEnv"]
+__all__ = ["AgentVecEnv", "SuperSuitTransport", "SuperSuitVecEnv"]
 
 INFO_KEY = "deszoo"
 NO_RESTART = object()
@@ -183,9 +185,20 @@ class _Unlocked:
         return self.raw
 
 
-def _concat(fns: list) -> ConcatVecEnv:
+def _concat(fns: list) -> Any:
     """A worker's SuperSuit ``ConcatVecEnv`` (module level: picklable under spawn)."""
+    from supersuit.vector import ConcatVecEnv
+
     return ConcatVecEnv(fns)
+
+
+def _worker(parent: int | None, *args: Any) -> None:
+    """Body of a SuperSuit worker process: SuperSuit's own loop, once the worker leaves
+    Ctrl-C to the parent and is armed to die with it."""
+    from supersuit.vector.multiproc_vec import async_loop
+
+    _procs.worker_begins(parent)
+    async_loop(*args)
 
 
 @dataclass
@@ -197,7 +210,7 @@ class _Proc:
 
 
 class _Shared:
-    """SuperSuit's shared arrays and the workers, for the finalizer (no env reference)."""
+    """SuperSuit's workers, for the finalizer (no env reference)."""
 
     def __init__(self, close_timeout: float):
         self.procs: dict[int, _Proc] = {}
@@ -224,124 +237,114 @@ class _Shared:
         for p in procs:
             p.proc.join(max(0.0, deadline - time.monotonic()))
         for p in procs:
-            _end(p)
+            _procs.end(p.proc, p.pipe)
 
 
-def _end(p: _Proc) -> None:
-    if p.proc.is_alive():
-        p.proc.kill()
-        p.proc.join(1.0)
-    p.pipe.close()
-
-
-class SuperSuitVecEnv(DeszooVecEnv):
-    """SuperSuit's concat vectorization over :class:`AgentVecEnv`; see ``make_vec``.
+class SuperSuitTransport(Transport):
+    """SuperSuit's ``ConcatVecEnv`` per worker: in this process (``num_cpus`` 0 or 1: a
+    command runs when posted) or in SuperSuit's worker processes (``async_loop``).
 
     Args:
-        num_cpus: SuperSuit's ``num_cpus``: 0 or 1 runs in the parent, more starts that
-            many worker processes (at most one per env).
+        spec: what the workers build.
+        workers: the vector env's workers.
+        num_cpus: SuperSuit's ``num_cpus``.
+        same_step: the vector env's autoreset mode is ``SameStep``.
+        start_method: the multiprocessing start method (worker processes only).
+        close_timeout: seconds :meth:`close` waits for workers to exit.
     """
 
-    backend = "supersuit"
+    def __init__(self, spec: VecSpec, workers: list[Worker], num_cpus: int, same_step: bool,
+                 start_method: str | None, close_timeout: float):
+        self.spec = spec
+        self.layout = spec.layout
+        self.workers = workers
+        self.n = len(spec.agents)
+        self.same_step = same_step
+        self.bufs = Buffers(self.layout)
+        self.in_process = num_cpus <= 1
+        self.replies: list[Reply] = []
+        self.shared = _Shared(float(close_timeout))
+        self.finalizer = weakref.finalize(self, self.shared.stop)
+        self.start_method = None
+        if not self.in_process:
+            import gymnasium.vector
+            from supersuit.vector.utils.shared_array import SharedArray
 
-    def __init__(
-        self,
-        spec: VecSpec,
-        seed: int | None = 0,
-        num_cpus: int = 0,
-        timeout: float = 60.0,
-        start_method: str | None = None,
-        close_timeout: float = 5.0,
-        **options: Any,
-    ):
-        import multiprocessing as mp
-
-        self.num_cpus = min(int(num_cpus), spec.num_sims)
-        super().__init__(spec, seed=seed, num_workers=max(1, self.num_cpus), timeout=timeout,
-                         **options)
-        self._bufs = Buffers(self.layout)
-        self._in_process = self.num_cpus <= 1
-        self._replies: list[Reply] = []
-        self._shared = _Shared(float(close_timeout))
-        self._finalizer = weakref.finalize(self, self._shared.stop)
-        if not self._in_process:
-            try:
-                self._ctx = mp.get_context(start_method)
-            except ValueError:
-                raise ConfigError(
-                    f"start_method={start_method!r}; valid: None or one of "
-                    f"{mp.get_all_start_methods()}"
-                ) from None
-            self.start_method = self._ctx.get_start_method()
+            self.ctx = _procs.context(start_method)
+            self.start_method = self.ctx.get_start_method()
             box = spec.obs_box
-            rows = self.num_envs
+            rows = self.layout.rows
             # SuperSuit's own shared buffers, as ProcConcatVec makes them, but without the
             # lock gymnasium's create_shared_memory puts on the observations (no one takes
             # it): a lock is a named POSIX semaphore, which under spawn or forkserver stays
             # in /dev/shm (sem.mp-*) until the array is garbage collected, after close().
-            self._shared_obs = _Unlocked(self._ctx.RawArray(
+            self.shared_obs = _Unlocked(self.ctx.RawArray(
                 np.ctypeslib.as_ctypes_type(box.dtype), rows * int(np.prod(box.shape))))
-            self._obs_view = gymnasium.vector.utils.read_from_shared_memory(
-                box, self._shared_obs, n=rows
+            self.obs_view = gymnasium.vector.utils.read_from_shared_memory(
+                box, self.shared_obs, n=rows
             )
-            self._shared_rews = SharedArray((rows,), dtype=np.float32)
-            self._shared_terms = SharedArray((rows,), dtype=np.uint8)
-            self._shared_truncs = SharedArray((rows,), dtype=np.uint8)
-        self._boot()
+            self.shared_rews = SharedArray((rows,), dtype=np.float32)
+            self.shared_terms = SharedArray((rows,), dtype=np.uint8)
+            self.shared_truncs = SharedArray((rows,), dtype=np.uint8)
 
     def _fns(self, w: Worker, reset_seeds: list | None) -> list:
-        import functools
-
         seeds = [NO_RESTART] * w.count if reset_seeds is None else reset_seeds
         return [
-            functools.partial(AgentVecEnv, self.sim_spec.factory, s, self.layout,
-                              self._same_step, seeds[k], self.sim_spec.obs_box,
-                              self.sim_spec.action_space)
+            functools.partial(AgentVecEnv, self.spec.factory, s, self.layout,
+                              self.same_step, seeds[k], self.spec.obs_box,
+                              self.spec.action_space)
             for k, s in enumerate(w.sims)
         ]
 
-    # ---- transport ------------------------------------------------------------------
-    def _launch(self, w: Worker, reset_seeds: list | None) -> None:
+    # ---- the contract ---------------------------------------------------------------
+    def start(self, w: Worker, reset_seeds: list | None) -> None:
+        w.command = "boot"
         fns = self._fns(w, reset_seeds)
-        if self._in_process:
+        if self.in_process:
             try:
-                w.handle = ConcatVecEnv(fns)
-                self._replies.append(Reply(w.index, "booted"))
+                w.handle = _concat(fns)
+                self.replies.append(Reply(w.index, "booted"))
             except Exception as exc:
                 detail = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
-                self._replies.append(Reply(w.index, "boot_failed", detail=detail))
+                self.replies.append(Reply(w.index, "boot_failed", detail=detail))
             return
-        import functools
+        import gymnasium.vector
 
-        inpt, outpt = self._ctx.Pipe()
+        inpt, outpt = self.ctx.Pipe()
         constr = gymnasium.vector.async_vector_env.CloudpickleWrapper(
             functools.partial(_concat, fns)
         )
-        proc = self._ctx.Process(
-            target=async_loop,
-            args=(constr, inpt, outpt, self._shared_obs, self._shared_rews,
-                  self._shared_terms, self._shared_truncs),
+        proc = self.ctx.Process(
+            target=_worker,
+            args=(_procs.parent_token(self.start_method), constr, inpt, outpt,
+                  self.shared_obs, self.shared_rews, self.shared_terms, self.shared_truncs),
             daemon=True,
             name=f"deszoo-supersuit-{w.index}",
         )
         proc.start()
         outpt.close()
-        p = w.handle = _Proc(proc, inpt, start=w.first * self.agents_per_sim)
-        self._shared.procs[w.index] = p
+        p = w.handle = _Proc(proc, inpt, start=w.first * self.n)
+        self.shared.procs[w.index] = p
 
-    def _post(self, w: Worker, command: str, payload: Any) -> None:
-        if self._in_process:
-            self._replies.append(self._run_here(w, command, payload))
-            return
-        p: _Proc = w.handle
-        try:
-            p.pipe.send(self._message(w, command, payload))
-        except OSError:  # broken pipe: the worker is gone; _poll sees its sentinel
-            p.dead = True
+    def post(self, ws: Sequence[Worker], command: str, payloads: Any) -> None:
+        per = isinstance(payloads, dict)
+        for k, w in enumerate(ws):
+            payload = payloads[w.index] if per else payloads
+            w.command = command
+            if self.in_process:
+                self.replies.append(self._run_here(w, command, payload))
+            else:
+                p: _Proc = w.handle
+                try:
+                    p.pipe.send(self._message(w, command, payload))
+                except OSError:  # broken pipe: the worker is gone; poll sees its sentinel
+                    p.dead = True
+            if k == 0 and self.hook is not None:
+                self.hook("handout")
 
     def _message(self, w: Worker, command: str, payload: Any) -> Any:
         if command == "step":
-            return ("step", list(self._bufs.act[w.rows]))
+            return ("step", list(self.bufs.act[w.rows]))
         if command == "reset":
             seeds, which = payload
             plan = {s: seeds[k] for k, s in enumerate(w.sims) if which is None or which[k]}
@@ -349,7 +352,7 @@ class SuperSuitVecEnv(DeszooVecEnv):
         return ("env_is_wrapped", Command(command, payload))
 
     def _run_here(self, w: Worker, command: str, payload: Any) -> Reply:
-        ss: ConcatVecEnv = w.handle
+        ss = w.handle
         message = self._message(w, command, payload)
         if message[0] == "step":
             obs, rew, term, trunc, infos = ss.step(np.asarray(message[1]))
@@ -361,24 +364,23 @@ class SuperSuitVecEnv(DeszooVecEnv):
             return self._rebuilt(w, ss.env_is_wrapped(message[1]))
         return self._answers(w, ss.env_is_wrapped(message[1]))
 
-    def _poll(self, deadline: float, want: int = 1) -> list[Reply]:
-        out, self._replies = self._replies, []
-        if out or self._in_process:
+    def poll(self, deadline: float, want: int) -> list[Reply]:
+        out, self.replies = self.replies, []
+        if out or self.in_process:
             return out
-        busy = [w for w in self._workers if w.busy and w.handle is not None]
         waits: dict[Any, Worker] = {}
-        for w in busy:
+        for w in self.workers:
+            if not w.command or w.handle is None:
+                continue
             p: _Proc = w.handle
             if p.dead and not p.proc.is_alive():
-                out.append(Reply(w.index, "died", detail=self._exit_detail(p)))
+                out.append(Reply(w.index, "died", detail=_procs.exit_detail(p.proc)))
                 continue
             waits[p.pipe] = w
             waits[p.proc.sentinel] = w
         if out:
             return out
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return []
+        remaining = max(0.0, deadline - time.monotonic())
         done: set[int] = set()
         for ready in multiprocessing.connection.wait(list(waits), remaining):
             w = waits[ready]
@@ -390,49 +392,53 @@ class SuperSuitVecEnv(DeszooVecEnv):
                     item = p.pipe.recv()
                 except (EOFError, OSError):
                     p.proc.join(1.0)
-                    out.append(Reply(w.index, "died", detail=self._exit_detail(p)))
+                    out.append(Reply(w.index, "died", detail=_procs.exit_detail(p.proc)))
                     done.add(w.index)
                     continue
                 out.append(self._receive(w, item))
             else:
                 p.proc.join(1.0)
-                out.append(Reply(w.index, "died", detail=self._exit_detail(p)))
+                out.append(Reply(w.index, "died", detail=_procs.exit_detail(p.proc)))
             done.add(w.index)
         return out
 
     def _receive(self, w: Worker, item: Any) -> Reply:
         """One message of a SuperSuit worker, as the reply to its command in flight."""
+        from supersuit.vector.multiproc_vec import numpy_deepcopy
+
         if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], BaseException):
             exc, tb = item  # SuperSuit's loop ended on an exception (boot, or a bug)
             detail = f"{type(exc).__name__}: {exc}\nworker traceback:\n{tb}"
-            if w.busy == "boot":
+            if w.command == "boot":
                 return Reply(w.index, "boot_failed", detail=detail)
             return Reply(w.index, "died", detail=f" ({detail})")
         p: _Proc = w.handle
-        if w.busy == "boot":  # its env count: answer with its first row
+        if w.command == "boot":  # its env count: answer with its first row
             p.pipe.send(p.start)
             return Reply(w.index, "booted")
-        if w.busy == "step":
+        if w.command == "step":
             rows = w.rows
             # As ProcConcatVec.step_wait does: decompress, deep-copy what the parent keeps.
-            obs = numpy_deepcopy(self._obs_view[rows])
+            obs = numpy_deepcopy(self.obs_view[rows])
             infos = _copy.deepcopy(self._decompress(w, item))
-            return self._absorb(w, obs, infos, self._shared_rews.np_arr[rows],
-                                self._shared_terms.np_arr[rows],
-                                self._shared_truncs.np_arr[rows])
-        if w.busy == "reset":
-            obs = numpy_deepcopy(self._obs_view[w.rows])
+            return self._absorb(w, obs, infos, self.shared_rews.np_arr[rows],
+                                self.shared_terms.np_arr[rows],
+                                self.shared_truncs.np_arr[rows])
+        if w.command == "reset":
+            obs = numpy_deepcopy(self.obs_view[w.rows])
             return self._absorb(w, obs, _copy.deepcopy(self._decompress(w, item)))
-        if w.busy == "rebuild":
+        if w.command == "rebuild":
             return self._rebuilt(w, item)
         return self._answers(w, item)
 
     def _decompress(self, w: Worker, comp: list) -> list[dict]:
-        return decompress_info(w.count * self.agents_per_sim, [0], [comp])
+        from supersuit.vector.multiproc_vec import decompress_info
+
+        return decompress_info(w.count * self.n, [0], [comp])
 
     def _absorb(self, w: Worker, obs, infos, rew=None, term=None, trunc=None) -> Reply:
         """Copy a worker's results into the batch buffers; its env failures as a reply."""
-        b, n = self._bufs, self.agents_per_sim
+        b, n = self.bufs, self.n
         failures: list[EnvFailure] = []
         for k, s in enumerate(w.sims):
             packed = infos[k * n].get(INFO_KEY)
@@ -456,8 +462,8 @@ class SuperSuitVecEnv(DeszooVecEnv):
     def _rebuilt(self, w: Worker, items: list) -> Reply:
         """Replies to a rebuild: the failures, and the rows of envs rebuilt and reset at
         once (SameStep), which only the worker has (the parent's rows are copies)."""
-        n = self.agents_per_sim
-        obs = np.zeros((w.count * n, *self._bufs.obs.shape[1:]), self._bufs.obs.dtype)
+        n = self.n
+        obs = np.zeros((w.count * n, *self.bufs.obs.shape[1:]), self.bufs.obs.dtype)
         infos: list[dict] = [{} for _ in range(w.count * n)]
         failures: list[EnvFailure] = []
         for k in range(w.count):
@@ -476,7 +482,7 @@ class SuperSuitVecEnv(DeszooVecEnv):
         env that ran it, at its first row."""
         failures, values = [], []
         for k in range(w.count):
-            got = items[k * self.agents_per_sim]
+            got = items[k * self.n]
             if got is None:
                 continue
             found, value = got
@@ -485,38 +491,61 @@ class SuperSuitVecEnv(DeszooVecEnv):
                 values += value
         return Reply(w.index, "ok", failures, values or None)
 
-    @staticmethod
-    def _exit_detail(p: _Proc) -> str:
-        code = p.proc.exitcode
-        signal_note = ", killed by a signal" if code is not None and code < 0 else ""
-        return f" (exit code {code}{signal_note}); its envs were lost"
-
-    def _kill(self, w: Worker) -> None:
+    def stop(self, w: Worker) -> None:
         if w.handle is None:
             return
-        if self._in_process:
+        if self.in_process:
             w.handle.close()
         else:
-            self._shared.procs.pop(w.index, None)
-            _end(w.handle)
+            self.shared.procs.pop(w.index, None)
+            _procs.end(w.handle.proc, w.handle.pipe)
         w.handle = None
 
-    def _shutdown(self) -> None:
-        if self._in_process:
-            for w in self._workers:
-                self._kill(w)
-        finalizer = getattr(self, "_finalizer", None)  # absent if __init__ failed early
-        if finalizer is not None:
-            finalizer()
+    def close(self) -> None:
+        if self.in_process:
+            for w in self.workers:
+                self.stop(w)
+        self.finalizer()
 
     def describe(self, w: Worker) -> str:
         where = ""
-        if not self._in_process and w.handle is not None:
+        if not self.in_process and w.handle is not None:
             where = f"pid {w.handle.proc.pid}, "
         return f"supersuit worker {w.index} ({where}envs {w.first}..{w.first + w.count - 1})"
 
-    def worker_pids(self) -> list[int]:
-        """Process ids of SuperSuit's workers (empty with ``num_cpus`` 0 or 1)."""
-        if self._in_process:
+    def pids(self) -> list[int]:
+        if self.in_process:
             return []
-        return [w.handle.proc.pid for w in self._workers if w.handle is not None]
+        return [w.handle.proc.pid for w in self.workers if w.handle is not None]
+
+
+class SuperSuitVecEnv(DeszooVecEnv):
+    """SuperSuit's concat vectorization over :class:`AgentVecEnv`; see ``make_vec``.
+
+    ``num_workers`` is SuperSuit's ``num_cpus``: 0 or 1 runs in the parent, more starts that
+    many worker processes (at most one per env).
+    """
+
+    backend = "supersuit"
+    options = (
+        option("num_workers", None, "int", "SuperSuit's num_cpus: 0 or 1 runs in the calling "
+               "process (default: the usable cores, at most one per env)", minimum=0,
+               none=True),
+        _procs.START_METHOD,
+        _procs.CLOSE_TIMEOUT,
+    )
+
+    @classmethod
+    def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
+        cpus = opts["num_workers"]
+        if cpus != 0:
+            cpus = cls.workers_for(spec, cpus)
+        return cls(spec, seed, {**opts, "num_workers": max(1, cpus), "num_cpus": cpus})
+
+    def _transport(self, opts: dict[str, Any]) -> Transport:
+        self.num_cpus = opts["num_cpus"]
+        t = SuperSuitTransport(self.sim_spec, self._workers, self.num_cpus, self._same_step,
+                               opts["start_method"], opts["close_timeout"])
+        if t.start_method is not None:
+            self.start_method = t.start_method
+        return t

@@ -1,5 +1,8 @@
 """Chaos testing of the vector backends: random faults, every result row checked.
 
+The project's own test machinery (not part of the package): ``tests/test_chaos.py`` runs it
+briefly, ``benchmarks/chaos.py`` for as long as you like.
+
 :func:`run_chaos` steps a vector env with a seeded policy and injects faults at random
 steps, then checks **every row of every step** against :class:`Replay`, which replays
 each env on its own (a plain env of the same class, the same seeds and actions) under the
@@ -25,7 +28,9 @@ Faults (:data:`HARNESS_KINDS` are injected by the harness; the others by the env
     during it, in the wait, during the repair of a fault, while the results are copied),
     sometimes again while the next call finishes that step; the ``KeyboardInterrupt`` is
     caught, then the vector env is used on (the interrupted step happened, its results are
-    lost) or closed at once.
+    lost) or closed at once. The points are the vector env's declared fault points
+    (``deszoo.vector.base.FAULT_POINTS``), reached through its ``fault_hook``: a point a
+    step never reaches is an error of the run, never a test silently skipped.
 ``env_raise``
     an exception in one env's step or autoreset (:class:`ChaosFactory`'s schedule).
 ``env_exit``
@@ -47,6 +52,7 @@ import logging
 import os
 import signal
 import struct
+import sys
 import threading
 import time
 import traceback
@@ -55,11 +61,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import cloudpickle
 import numpy as np
 
 from deszoo.core.arrays import AGENT_ARRAYS
 from deszoo.errors import SubEnvError, WorkerDiedError, WorkerTimeoutError
 from deszoo.vector._host import restart_seed
+from deszoo.vector.base import FAULT_POINTS, State
 
 __all__ = [
     "ChaosConfig",
@@ -83,20 +91,27 @@ ENV_ARRAYS = tuple(AGENT_ARRAYS)
 FIELDS = ("obs", "rew", "term", "trunc", "action_mask", "needs_action", "live",
           "invalid_action", "invalid_count", "restarted", "sim_time")
 SAME_STEP_FIELDS = ("final_obs", "_final_obs")
-# Where a SIGINT lands in a step: name -> (method of the vector env, "enter" or "exit" of
-# its first call, whether the step has reached the envs by then, whether the point is
-# reached only when a worker is lost: then a worker is killed on that step too).
-POINTS: dict[str, tuple[str, str, bool, bool]] = {
-    "before": ("_check_actions", "enter", False, False),  # nothing handed out yet
-    "handout": ("_ring", "exit", True, False),  # after the first worker's doorbell (shm)
-    "wait": ("_poll", "enter", True, False),
-    "polled": ("_poll", "exit", True, False),  # replies read, not yet taken
-    "taken": ("_take", "exit", True, False),
-    "handle": ("_handle", "enter", True, True),  # faults seen, not yet repaired
-    "restart": ("_start", "exit", True, True),  # a replacement worker started
-    "marked": ("_mark_restarted", "enter", True, True),
-    "after": ("_results", "enter", True, False),  # while the results are copied
+# Where a SIGINT lands in a step: a fault point of the vector env (FAULT_POINTS) -> (whether
+# the step has reached the envs by then, whether the point is reached only when a worker is
+# lost: then a worker is killed on that step too). "settle" is the SIGINT again while the
+# next call finishes an interrupted step.
+POINTS: dict[str, tuple[bool, bool]] = {
+    "before": (False, False),  # nothing handed out yet
+    "handout": (True, False),  # after the first worker's command (shm: its doorbell)
+    "wait": (True, False),
+    "polled": (True, False),  # replies read, not yet taken
+    "taken": (True, False),
+    "handle": (True, True),  # faults seen, not yet repaired
+    "restart": (True, True),  # a replacement worker started
+    "marked": (True, True),
+    "after": (True, False),  # while the results are copied
 }
+# Envs of the harness (ChaosFactory) travel by value: Ray's workers cannot import this module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+if set(POINTS) | {"settle"} != set(FAULT_POINTS):
+    raise ImportError(f"chaos POINTS {sorted(POINTS)} do not cover FAULT_POINTS "
+                      f"{sorted(FAULT_POINTS)}: a fault point is never tested")
 
 
 class ChaosError(RuntimeError):
@@ -703,28 +718,27 @@ def _default_env() -> Callable[[], Any]:
 
 
 class _Interrupt:
-    """Makes a ``SIGINT`` land in the parent at the first call of one of ``vec``'s methods
-    (on entering it or on leaving it): a real signal, turned into ``KeyboardInterrupt`` by
+    """Makes a ``SIGINT`` land in the parent the first time a call of ``vec`` passes fault
+    point ``point`` (``vec.fault_hook``): a real signal, turned into ``KeyboardInterrupt`` by
     Python's handler at once (or when the vector env unblocks it)."""
 
-    def __init__(self, vec: Any, method: str, when: str):
-        self.vec, self.method = vec, method
-        original = getattr(vec, method)
+    def __init__(self, vec: Any, point: str):
+        if point not in FAULT_POINTS:
+            raise ValueError(f"{point!r} is not a fault point; see FAULT_POINTS")
+        self.vec, self.point = vec, point
+        self.reached = False
         # Python's handler, even in a process started in the background (SIGINT ignored).
         self.handler = signal.signal(signal.SIGINT, signal.default_int_handler)
 
-        def hook(*args: Any, **kwargs: Any) -> Any:
-            vec.__dict__.pop(method, None)
-            if when == "enter":
+        def hook(name: str) -> None:
+            if name == point and not self.reached:
+                self.reached = True
                 signal.raise_signal(signal.SIGINT)
-            out = original(*args, **kwargs)
-            signal.raise_signal(signal.SIGINT)
-            return out
 
-        setattr(vec, method, hook)
+        vec.fault_hook = hook
 
     def restore(self) -> None:
-        self.vec.__dict__.pop(self.method, None)
+        self.vec.fault_hook = None
         if self.handler is not None:
             signal.signal(signal.SIGINT, self.handler)
             self.handler = None
@@ -788,7 +802,7 @@ class _Chaos:
         rng.shuffle(kinds)
         seen: Counter = Counter()
         plan = {}
-        points = [p for p, (_, _, _, needs) in POINTS.items()
+        points = [p for p, (_, needs) in POINTS.items()
                   if p in cfg.points and (cfg.has_processes or not needs)]
         for s, kind in zip(steps, kinds, strict=True):
             j = seen[kind]
@@ -946,15 +960,14 @@ class _Chaos:
             point = "settle"
         if point is not None:
             rep.faults["sigint"] += 1
+            if point == "settle" and vec.state is not State.INTERRUPTED:
+                point = "wait"  # the last step was cut short before its hand-out
             if point == "settle":
-                method, when = "_collect", "enter"
-                applied = not vec._interrupted  # else it lands before this step's hand-out
+                applied = False  # it lands before this step's hand-out
             else:
-                method, when, applied, needs = POINTS[point]
-                if method == "_ring" and not hasattr(vec, "_ring"):
-                    method = "_post"
+                applied, needs = POINTS[point]
                 kill = kill or needs
-            interrupt = _Interrupt(vec, method, when)
+            interrupt = _Interrupt(vec, point)
         if kill and _worker_proc(vec, fault.worker) is None:  # between steps: never
             rep.errors += 1
             rep.note(f"step {t}: worker {fault.worker} has no process to signal")
@@ -1025,7 +1038,8 @@ class _Chaos:
             self._release(carry.late[2])
         if interrupt is not None and not interrupted:
             rep.errors += 1
-            rep.note(f"step {t}: SIGINT at {point} raised no KeyboardInterrupt")
+            rep.note(f"step {t}: SIGINT at {point} raised no KeyboardInterrupt"
+                     + ("" if interrupt.reached else " (the step never reached that point)"))
         if interrupted and interrupt is None:
             raise KeyboardInterrupt  # a real Ctrl-C: stop the run
         # What the step did, in the replay.
