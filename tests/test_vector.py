@@ -691,3 +691,24 @@ def test_large_values_through_set_and_get_attr(backend):
         assert len(got) == 2 and all(np.array_equal(g, blob) for g in got)
     finally:
         vec.close()
+
+
+def test_the_young_gc_threshold_is_raised_while_envs_are_held():
+    """GC policy: while a vector env holds envs in this process, young collections are rarer;
+    the caller's threshold comes back when the last one closes."""
+    import gc
+
+    from deszoo.vector._host import GC_YOUNG
+
+    saved = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        a = make_vec("jobshop_v0", 2, backend="roundrobin", preset="small")
+        assert gc.get_threshold() == (GC_YOUNG, 10, 10)
+        b = make_vec("jobshop_v0", 2, backend="roundrobin", preset="small")
+        a.close()
+        assert gc.get_threshold() == (GC_YOUNG, 10, 10), "b still holds envs"
+        b.close()
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*saved)
