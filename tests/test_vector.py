@@ -693,22 +693,35 @@ def test_large_values_through_set_and_get_attr(backend):
         vec.close()
 
 
-def test_the_young_gc_threshold_is_raised_while_envs_are_held():
+def test_the_young_gc_threshold_is_raised_while_envs_are_held(monkeypatch):
     """GC policy: while a vector env holds envs in this process, young collections are rarer;
-    the caller's threshold comes back when the last one closes."""
+    the caller's threshold comes back when the last one closes, or is dropped unclosed."""
     import gc
 
-    from deszoo.vector._host import GC_YOUNG
+    from deszoo.vector import _host
 
+    # Count only this test's holders (vector envs other tests leaked may still be alive).
+    monkeypatch.setattr(_host, "_gc_holders", 0)
+    monkeypatch.setattr(_host, "_gc_saved", None)
+    raised = (_host.GC_YOUNG, 10, 10)
     saved = gc.get_threshold()
     gc.set_threshold(700, 10, 10)
     try:
         a = make_vec("jobshop_v0", 2, backend="roundrobin", preset="small")
-        assert gc.get_threshold() == (GC_YOUNG, 10, 10)
+        assert gc.get_threshold() == raised
         b = make_vec("jobshop_v0", 2, backend="roundrobin", preset="small")
         a.close()
-        assert gc.get_threshold() == (GC_YOUNG, 10, 10), "b still holds envs"
+        assert gc.get_threshold() == raised, "b still holds envs"
         b.close()
         assert gc.get_threshold() == (700, 10, 10)
+        c = make_vec("jobshop_v0", 2, backend="roundrobin", preset="small")
+        gc.set_threshold(500, 10, 10)  # the caller lowers it while c is open
+        d = make_vec("jobshop_v0", 2, backend="roundrobin", preset="small")
+        assert gc.get_threshold() == raised
+        c.close()
+        del d  # never closed: its envs are released when it is collected
+        gc.collect()
+        assert gc.get_threshold() == (500, 10, 10)
+        assert _host._gc_holders == 0
     finally:
         gc.set_threshold(*saved)

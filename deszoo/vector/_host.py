@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import threading
 import traceback
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -177,10 +178,10 @@ _gc_saved: tuple[int, int, int] | None = None
 def _hold_gc() -> None:
     global _gc_holders, _gc_saved
     with _gc_lock:
-        if _gc_holders == 0:
-            _gc_saved = gc.get_threshold()
-            young, *older = _gc_saved
-            gc.set_threshold(max(young, GC_YOUNG), *older)
+        young, *older = gc.get_threshold()
+        if young < GC_YOUNG:  # first holder, or the caller lowered it since: theirs is kept
+            _gc_saved = (young, *older)
+            gc.set_threshold(GC_YOUNG, *older)
         _gc_holders += 1
 
 
@@ -189,8 +190,7 @@ def _release_gc() -> None:
     with _gc_lock:
         _gc_holders -= 1
         if _gc_holders == 0 and _gc_saved is not None:
-            young, *older = _gc_saved
-            if gc.get_threshold() == (max(young, GC_YOUNG), *older):  # nobody changed it
+            if gc.get_threshold() == (GC_YOUNG, *_gc_saved[1:]):  # nobody changed it since
                 gc.set_threshold(*_gc_saved)
             _gc_saved = None
 
@@ -219,7 +219,6 @@ class EnvGroup:
         self.bufs = bufs
         self.first = first
         self.count = count
-        self._gc_held = False
         n = bufs.layout.n_agents
         self.n = n
         self.envs = [factory() for _ in range(count)]
@@ -235,7 +234,9 @@ class EnvGroup:
         # Attributes set with a "set" call, re-applied to an env that is rebuilt.
         self.attrs: list[dict[str, Any]] = [{} for _ in range(count)]
         _hold_gc()
-        self._gc_held = True
+        # Released by close(), or when the group is collected without one (a leaked vector
+        # env must not keep the raised threshold for the life of the process).
+        self._release_gc = weakref.finalize(self, _release_gc)
 
     @staticmethod
     def _adopt(env: Any, views: dict[str, np.ndarray]) -> None:
@@ -413,6 +414,4 @@ class EnvGroup:
                 env.close()
             except Exception:  # closing must not fail because one env is broken
                 pass
-        if self._gc_held:
-            self._gc_held = False
-            _release_gc()
+        self._release_gc()
