@@ -22,7 +22,7 @@ from deszoo.plots import plot_episode
 
 # scenario: (preset of the frame, heuristic steps before the frame, preset of the chart)
 PICTURES = {
-    "elevator_v0": ("default", 300, "small"),
+    "elevator_v0": ("default", 300, "default"),
     "jobshop_v0": ("default", 150, "default"),
     "loadbalance_v0": ("default", 420, "small"),
     "ridehail_v0": ("default", 150, "default"),

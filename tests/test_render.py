@@ -168,3 +168,40 @@ def test_sb3_video_recorder_requirements():
         assert isinstance(venv.render(), np.ndarray)
     finally:
         venv.close()
+
+
+@pytest.mark.filterwarnings("ignore::deszoo.errors.MasksIgnoredWarning")
+@pytest.mark.parametrize(("n_cars", "lanes"), [(3, 3), (12, 1)])
+def test_elevator_chart_gives_each_car_its_own_lane(n_cars, lanes):
+    """Up to 8 cars: one strip per car holding that car's floors (four lines in one panel
+    hid each other); more: one heat row per car."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from deszoo.envs.elevator.render import Trace
+
+    env = deszoo.make("elevator_v0", n_cars=n_cars, n_floors=10, horizon=200.0)
+    env.reset(seed=0)
+    trace, floors = Trace(), []
+    trace.record(env)
+    floors.append([car.floor for car in env.model.cars])
+    while env.agents:
+        env.step({a: 0 for a in env.agents})
+        trace.record(env)
+        floors.append([car.floor for car in env.model.cars])
+    fig = plt.figure(layout="constrained")
+    trace.chart(fig, env)
+    axes = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert len(axes) == lanes + 2
+    floors = np.asarray(floors, dtype=float)
+    if lanes == n_cars:
+        for c, ax in enumerate(axes[2:]):  # added after the two panels below them
+            (line,) = ax.get_lines()[:1]
+            assert np.array_equal(line.get_ydata(), floors[:, c])
+    else:
+        (mesh,) = axes[2].collections
+        assert np.array_equal(np.asarray(mesh.get_array()).reshape(n_cars, -1), floors.T)
+    plt.close(fig)
+    env.close()

@@ -16,6 +16,7 @@ __all__ = ["Trace", "draw"]
 
 COMPACT_FLOORS = 30  # above this the frame drops per-floor text
 COMPACT_CARS = 16
+LANE_CARS = 8  # the episode chart gives each car its own strip up to this many
 
 
 def _oldest(model: Any, now: float) -> tuple[np.ndarray, float]:
@@ -59,16 +60,12 @@ class Trace:
     def chart(self, fig: Any, env: Any) -> str:
         """Car trajectories, passengers waiting and riding, and waiting times."""
         model = env.model
-        ax, bx, cx = fig.subplots(3, 1, sharex=True, height_ratios=(2, 1, 1))
-        floors = np.asarray(self.floors)
-        for c in range(model.n_cars):
-            ax.plot(self.times, floors[:, c], color=job_color(c), linewidth=1,
-                    label=f"car_{c}" if model.n_cars <= COMPACT_CARS else None)  # fmt: skip
-        ax.set_ylabel("floor")
-        ax.set_ylim(-0.5, model.n_floors - 0.5)
-        ax.set_title("car positions (floor at each step)", loc="left")
-        if model.n_cars <= COMPACT_CARS:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        # One column of axes (so they line up): the car lanes, then the two panels below.
+        n = model.n_cars if model.n_cars <= LANE_CARS else 1
+        grid = fig.add_gridspec(n + 2, 1, height_ratios=[2 / n] * n + [1, 1])
+        cx = fig.add_subplot(grid[n + 1])
+        bx = fig.add_subplot(grid[n], sharex=cx)
+        lanes = self._car_lanes(fig, [grid[k] for k in range(n)], model, sharex=cx)
         bx.step(self.times, self.waiting, where="post", color=COLORS["wait"],
                 label="waiting at floors")  # fmt: skip
         bx.step(self.times, self.riding, where="post", color=COLORS["busy"], label="riding")
@@ -82,10 +79,12 @@ class Trace:
         cx.set_xlabel("simulated time (s)")
         cx.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
         horizon = env.config["horizon"]
-        for axis in (ax, bx, cx):
+        for axis in (*lanes, bx, cx):
             axis.axvline(horizon, color=COLORS["grey"], linestyle=":", linewidth=1)
-        ax.text(horizon, model.n_floors - 0.5, "arrivals stop ", color=COLORS["grey"],
+        bx.text(horizon, bx.get_ylim()[1], "arrivals stop ", color=COLORS["grey"],
                 fontsize=8, ha="right", va="top")  # fmt: skip
+        for axis in (*lanes, bx):
+            axis.tick_params(labelbottom=False)
         delivered = model.delivered
         wait = model.total_wait / max(1, delivered + sum(c.load for c in model.cars))
         journey = model.total_journey / delivered if delivered else float("nan")
@@ -93,6 +92,30 @@ class Trace:
             f"delivered {delivered}/{model.arrived} passengers by t = {env.now:,.0f} s; mean "
             f"wait {wait:.1f} s; mean journey (wait + ride) {journey:.1f} s"
         )
+
+
+    def _car_lanes(self, fig: Any, cells: list[Any], model: Any, sharex: Any) -> list[Any]:
+        """Where each car was: one strip per car (lines over one another would hide each
+        other), or with many cars one row per car coloured by floor."""
+        floors = np.asarray(self.floors, dtype=float)
+        top = model.n_floors - 1
+        if model.n_cars > LANE_CARS:
+            ax = fig.add_subplot(cells[0], sharex=sharex)
+            edges = np.append(self.times, self.times[-1] + 1e-9)
+            mesh = ax.pcolormesh(edges, np.arange(model.n_cars + 1) - 0.5, floors.T,
+                                 cmap="viridis", vmin=0, vmax=top, shading="flat")
+            fig.colorbar(mesh, ax=ax, label="floor", pad=0.01)
+            ax.set_ylabel("car")
+            ax.set_title("car floors (one row per car, colour: floor at each step)", loc="left")
+            return [ax]
+        lanes = [fig.add_subplot(cell, sharex=sharex) for cell in cells]
+        for c, lane in enumerate(lanes):
+            lane.plot(self.times, floors[:, c], color=job_color(c), linewidth=1)
+            lane.set_ylim(-0.5, top + 0.5)
+            lane.set_yticks([0, top], ["L", str(top)], fontsize=7)
+            lane.set_ylabel(f"car_{c}", rotation=0, ha="right", va="center", fontsize=8)
+        lanes[0].set_title("car floors (one strip per car; L: lobby)", loc="left")
+        return lanes
 
 
 def draw(env: Any) -> np.ndarray:
