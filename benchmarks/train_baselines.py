@@ -36,7 +36,7 @@ import numpy as np
 
 import deszoo
 from deszoo.policies import Policy, heuristic_policy, random_policy
-from deszoo.scores import DEFAULT_DIR, SEEDS, entry_path, load, score
+from deszoo.scores import DEFAULT_DIR, SCORED, SEEDS, entry_path, load, score
 
 log = logging.getLogger("train_baselines")
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,7 +169,7 @@ def hyperparameter_table(presets: tuple[str, ...] = PRESETS) -> str:
     """The Markdown table of :func:`config` for every scenario and preset (training.md)."""
     head = "| scenario | preset | " + " | ".join(c for _, c in _COLUMNS) + " |"
     lines = [head, "|---|---|" + "---:|" * len(_COLUMNS)]
-    for name in deszoo.list_envs():
+    for name in SCORED:
         for preset in presets:
             cfg = config(name, preset)
             cells = []
@@ -511,7 +511,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.only:
         works = [tuple(w.split("/")) for w in args.only.split(",")]
     else:
-        works = [(n, pr) for n in deszoo.list_envs() for pr in args.presets.split(",")]
+        works = [(n, pr) for n in SCORED for pr in args.presets.split(",")]
     algos = set(args.algos.split(",")) - {"none"}
     log.info("held-out seeds %d..%d; works %s", SEEDS[0], SEEDS[-1], works)
     for name, preset in works if algos else []:

@@ -86,7 +86,9 @@ def scenario_page(name: str) -> str:
     out += [_md(p) + "\n" for p in _paragraphs(after)]
     out += ["## Arguments", "",
             "Keyword arguments of `deszoo.make` (and of the env class); every value is checked "
-            "when the env is built.", "",
+            "when the env is built. The bounds keep each step within bounded time and memory; "
+            "a value outside them is a `ConfigError` that names the parameter and its bound.",
+            "",
             "| name | default | accepted | meaning |", "|---|---|---|---|"]
     every = cls.all_params()  # the scenario's own parameters first, then the bridge's
     for key in [*cls.params, *(k for k in every if k not in cls.params)]:
@@ -118,10 +120,20 @@ def scenario_page(name: str) -> str:
     return "\n".join(out).replace("\n\n\n", "\n\n").rstrip() + "\n"
 
 
+def latest_versions() -> list[str]:
+    """The newest version of each scenario (one page each; older versions are in its
+    version history)."""
+    newest: dict[str, tuple[int, str]] = {}
+    for name in list_envs():
+        short, _, version = name.rpartition("_v")
+        newest[short] = max(newest.get(short, (-1, "")), (int(version), name))
+    return sorted(name for _, name in newest.values())
+
+
 def write_pages(check: bool = False) -> list[str]:
     """Write (or, with ``check``, compare) every scenario page; return the stale ones."""
     stale = []
-    for name in list_envs():
+    for name in latest_versions():
         path = DOCS / f"{name.rsplit('_', 1)[0]}.md"
         text = scenario_page(name)
         if not path.exists() or path.read_text() != text:

@@ -33,8 +33,10 @@ CHART_SIZE = (1200, 750)  # pixels
 
 def render_module(name: str) -> ModuleType:
     """The drawing module (``deszoo/envs/<name>/render.py``) of scenario ``name``."""
-    package = env_module(name).parallel_env.__module__.rsplit(".", 1)[0]
-    return importlib.import_module(f"{package}.render")
+    # The class that lives in the scenario's package (an older version subclasses it).
+    module = next(c.__module__ for c in env_module(name).parallel_env.__mro__
+                  if c.__module__.endswith(".env"))
+    return importlib.import_module(f"{module.rsplit('.', 1)[0]}.render")
 
 
 class GenericTrace:

@@ -17,8 +17,10 @@ ENVS: dict[str, str] = {
     "loadbalance_v0": "deszoo.envs.loadbalance_v0",
     "supplychain_v0": "deszoo.envs.supplychain_v0",
     "traffic_v0": "deszoo.envs.traffic_v0",
+    "traffic_v1": "deszoo.envs.traffic_v1",
     "warehouse_v0": "deszoo.envs.warehouse_v0",
     "ridehail_v0": "deszoo.envs.ridehail_v0",
+    "ridehail_v1": "deszoo.envs.ridehail_v1",
 }
 
 

@@ -28,6 +28,7 @@ from deszoo.bench.work import work_hash
 from deszoo.policies import HELD_OUT_SEEDS, Policy, evaluate
 
 __all__ = [
+    "SCORED",
     "DEFAULT_DIR",
     "DEFAULT_OUT",
     "FIELDS",
@@ -48,6 +49,11 @@ __all__ = [
 ]
 
 SCHEMA = "deszoo.scores/1"
+# The scenario versions the published entries are on (one per scenario). ridehail_v1 and
+# traffic_v1 differ from their v0 only in how departed agents are listed and in agent names
+# (the same model, trajectories and rewards); they get entries when they are retrained.
+SCORED = ("elevator_v0", "jobshop_v0", "loadbalance_v0", "ridehail_v0", "supplychain_v0",
+          "traffic_v0", "warehouse_v0")
 """Name and version of the entry format (the ``schema`` field of every entry)."""
 
 SEEDS: tuple[int, ...] = tuple(HELD_OUT_SEEDS)

@@ -70,9 +70,9 @@ class ClinicEnv(SimPyParallelEnv):
 
     metadata = {"name": "clinic_v0", "render_modes": ["human", "ansi"]}
     params = {
-        "n_nurses": Param(2, integer(1), "nurses, one agent each"),
-        "arrival_rate": Param(1.5, real(0, open_min=True), "patients per hour"),
-        "slots": Param(6, integer(1), "waiting patients a nurse can pick from"),
+        "n_nurses": Param(2, integer(1, 1000), "nurses, one agent each"),
+        "arrival_rate": Param(1.5, real(0, 1000, open_min=True), "patients per hour"),
+        "slots": Param(6, integer(1, 64), "waiting patients a nurse can pick from"),
         "max_time": COMMON["max_time"].with_default(100.0),
     }
 

@@ -110,7 +110,7 @@ def test_max_steps_truncates():
 
 
 def test_removed_agent_leaves_alone_and_its_row_is_blank():
-    env = Toy(leave_at=(1, 1.5))
+    env = Toy(leave_at=(1, 1.5), black_death=False)
     env.reset(seed=0)
     _, _, term, _, _ = env.step({"a0": 1, "a1": 1})
     assert term == {"a0": False, "a1": True}
@@ -119,6 +119,17 @@ def test_removed_agent_leaves_alone_and_its_row_is_blank():
     assert env.mask_buf[1].tolist() == [1, 0, 0]
     env.step({"a0": 1})
     assert not env.obs_buf[1].any() and env.mask_buf[1].tolist() == [1, 0, 0]
+
+
+def test_by_default_an_agent_that_leaves_stays_listed_until_the_end():
+    """black_death=True is the bridge's default (every trainer expects a fixed agent set)."""
+    env = Toy(leave_at=(1, 1.5))
+    env.reset(seed=0)
+    _, _, term, _, _ = env.step({"a0": 1, "a1": 1})
+    assert term == {"a0": False, "a1": False} and env.agents == ["a0", "a1"]
+    obs, rew, term, _, infos = env.step({"a0": 1, "a1": 2})  # a1's action: ignored
+    assert not obs["a1"].any() and rew["a1"] == 0
+    assert infos["a1"]["action_mask"].tolist() == [1, 0, 0]
 
 
 def test_periodic_mode_asks_every_live_agent_every_dt():

@@ -47,7 +47,7 @@ class DictFacade:
         if self.sim is None or not self.agents:
             raise ResetNeededError(
                 f"{self.metadata['name']}: step() called " + self._not_running()
-                + "; call reset() first"
+                + "; call reset() first" + self._ended_hint()
             )
         if not isinstance(actions, dict):
             raise InvalidActionError(
@@ -169,6 +169,15 @@ class DictFacade:
             raise UnknownAgentError(
                 f"unknown agent {agent!r}; possible agents: {self.possible_agents}"
             )
+
+    def _ended_hint(self) -> str:
+        if self.sim is None or self._closed:
+            return ""
+        # The usual caller: a wrapper that never saw the end (SuperSuit 3.11's black_death_v3
+        # reports an episode done only when every agent is terminated *and* truncated).
+        return (" (if a wrapper kept stepping: SuperSuit 3.11's black_death_v3 never reports "
+                "the end of an episode; drop it, deszoo's black_death=True, the default, keeps "
+                "every agent listed already; see docs/compatibility.md#agents-that-leave)")
 
     def _not_running(self) -> str:
         if self._closed:

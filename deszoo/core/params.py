@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 Check = Callable[[Any], str | None]  # the value -> None if fine, else what is expected
+INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_real(v: Any) -> bool:
-    return (_is_int(v) or isinstance(v, (float, np.floating))) and math.isfinite(v)
+    return _is_int(v) or (isinstance(v, (float, np.floating)) and math.isfinite(v))
 
 
 def _named(expects: str, fn: Callable[[Any], bool]) -> Check:
@@ -79,10 +80,15 @@ def _named(expects: str, fn: Callable[[Any], bool]) -> Check:
     return check
 
 
+def _num(x: float) -> str:
+    """A bound in words: ``1,000,000`` rather than ``1000000.0``."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
 def integer(minimum: int | None = None, maximum: int | None = None) -> Check:
     """An int (not a bool) in ``[minimum, maximum]``."""
     if minimum is not None and maximum is not None:
-        words = f"an int in {minimum}..{maximum}"
+        words = f"an int in {_num(minimum)}..{_num(maximum)}"
     elif minimum == 1:
         words = "a positive int"
     elif minimum is not None:
@@ -90,11 +96,15 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Check:
     else:
         words = "an int"
 
-    def ok(v: Any) -> bool:
-        return (_is_int(v) and (minimum is None or v >= minimum)
-                and (maximum is None or v <= maximum))
+    low = -INT64_MAX - 1 if minimum is None else minimum
+    high = INT64_MAX if maximum is None else maximum  # past int64 no array holds it
 
-    return _named(words, ok)
+    def ok(v: Any) -> bool:
+        return _is_int(v) and low <= v <= high
+
+    check = _named(words, ok)
+    check.bounds = (minimum, maximum)
+    return check
 
 
 def real(
@@ -105,8 +115,8 @@ def real(
     open_max: bool = False,
 ) -> Check:
     """A finite number (int or float, not a bool, not NaN or infinite) in the range."""
-    lo = "" if minimum is None else f"{minimum} {'<' if open_min else '<='} "
-    hi = "" if maximum is None else f" {'<' if open_max else '<='} {maximum}"
+    lo = "" if minimum is None else f"{_num(minimum)} {'<' if open_min else '<='} "
+    hi = "" if maximum is None else f" {'<' if open_max else '<='} {_num(maximum)}"
     if minimum == 0 and maximum is None:
         words = "a finite number > 0" if open_min else "a finite number >= 0"
     elif lo or hi:
@@ -121,7 +131,9 @@ def real(
             return False
         return not (maximum is not None and (v >= maximum if open_max else v > maximum))
 
-    return _named(words, ok)
+    check = _named(words, ok)
+    check.bounds = (None if open_min else minimum, None if open_max else maximum)
+    return check
 
 
 def fraction(closed: bool = False) -> Check:
@@ -154,7 +166,7 @@ def shares(n: int) -> Check:
 
     def ok(v: Any) -> bool:
         return (isinstance(v, (tuple, list)) and len(v) == n
-                and all(_is_real(x) and x >= 0 for x in v) and sum(v) > 0)
+                and all(_is_real(x) and x >= 0 for x in v) and 0 < sum(v) < math.inf)
 
     return _named(f"{n} finite numbers >= 0 with a positive sum", ok)
 
@@ -169,14 +181,16 @@ def probabilities(n: int) -> Check:
     return _named(f"{n} probabilities (finite, >= 0) that sum to 1", ok)
 
 
-def int_tuple(minimum: int = 1) -> Check:
-    """A non-empty tuple of ints >= ``minimum``."""
+def int_tuple(minimum: int = 1, maximum: int | None = None, max_len: int | None = None) -> Check:
+    """A non-empty tuple of ints in ``[minimum, maximum]``, at most ``max_len`` long."""
+    item = integer(minimum, maximum)
 
     def ok(v: Any) -> bool:
-        return (isinstance(v, (tuple, list)) and len(v) > 0
-                and all(_is_int(x) and x >= minimum for x in v))
+        return (isinstance(v, (tuple, list)) and 0 < len(v) <= (max_len or len(v))
+                and all(item(x) is None for x in v))
 
-    return _named(f"a non-empty tuple of ints >= {minimum}", ok)
+    longest = f" (at most {max_len})" if max_len else ""
+    return _named(f"a non-empty tuple{longest} of {_plural(item)}", ok)
 
 
 def optional(check: Check) -> Check:
@@ -249,16 +263,18 @@ class Config(Mapping):
 
 
 COMMON.update({
-    "max_steps": Param(None, optional(integer(1)),
+    "max_steps": Param(None, optional(integer(1, 10**12)),
                        "truncate after this many env steps (None: no limit)"),
-    "max_time": Param(None, optional(real(0, open_min=True)),
+    "max_time": Param(None, optional(real(0, 1e12, open_min=True)),
                       "truncate when the simulated clock would pass this time (None: no limit)"),
     "invalid_action": Param("random", choice("random", "raise"),
                             "a masked-out action: replaced by a random legal one and flagged "
                             "(random), or an error (raise)"),
-    "invalid_penalty": Param(0.0, real(0), "reward charged for each invalid action"),
-    "black_death": Param(False, flag(),
-                         "agents that leave stay listed, observing zeros, until the end"),
+    "invalid_penalty": Param(0.0, real(0, 1e6), "reward charged for each invalid action"),
+    "black_death": Param(True, flag(),
+                         "agents that leave stay listed, observing zeros with the no-op "
+                         "mask, until the episode ends (False: each leaves agents when it "
+                         "terminates, PettingZoo's native way)"),
 })
 
 

@@ -4,8 +4,9 @@
 TorchRL builds its info spec from the reset infos and writes every step's infos into it,
 so deszoo's info keys are the same, with the same types, on every step; it sends an action
 for every possible agent, including those that have left, which the default contract
-ignores. Ridehail's drivers leave: TorchRL's default ``done_on_any=True`` would end the
-episode at the first one, so it runs with ``done_on_any=False, use_mask=True`` too.
+ignores. ridehail_v0's drivers leave ``agents``: TorchRL's default ``done_on_any=True`` would
+end the episode at the first one, so it runs with ``done_on_any=False, use_mask=True`` too
+(v1 keeps them listed: ``test_client_departures.py``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def test_check_env_specs_and_random_rollout(name):
         env.close()
 
 
-@pytest.mark.parametrize("name", ["jobshop_v0", "ridehail_v0", "traffic_v0"])
+@pytest.mark.parametrize("name", ["jobshop_v0", "ridehail_v1", "traffic_v1"])
 @pytest.mark.parametrize("batched", ["serial", "parallel"])
 def test_batched_envs_with_a_random_policy(name, batched):
     cls = SerialEnv if batched == "serial" else ParallelEnv

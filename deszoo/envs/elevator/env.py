@@ -76,23 +76,27 @@ class ElevatorEnv(SimPyParallelEnv):
         "render_fps": 8,
     }
     params = {
-        "n_floors": Param(12, integer(2), "floors, lobby included"),
-        "n_cars": Param(4, integer(1), "cars, one agent each"),
-        "capacity": Param(12, integer(1), "passengers per car"),
-        "arrival_rate": Param(0.2, real(0, open_min=True),
+        "n_floors": Param(12, integer(2, 500), "floors, lobby included"),
+        "n_cars": Param(4, integer(1, 512), "cars, one agent each"),
+        "capacity": Param(12, integer(1, 1000), "passengers per car"),
+        "arrival_rate": Param(0.2, real(0, 100, open_min=True),
                               "passengers per second in the whole building"),
         "traffic": Param((0.4, 0.4, 0.2), shares(3),
                          "shares of up-peak (lobby to an upper floor), down-peak (an upper "
                          "floor to the lobby) and inter-floor trips"),
-        "floor_time": Param(1.5, real(0, open_min=True), "seconds to travel one floor"),
-        "stop_time": Param(2.0, real(0),
+        "floor_time": Param(1.5, real(0, 3600, open_min=True), "seconds to travel one floor"),
+        "stop_time": Param(2.0, real(0, 3600),
                            "extra seconds per trip for acceleration and braking"),
-        "door_time": Param(4.0, real(0), "seconds to open and close the doors at a stop"),
-        "board_time": Param(1.0, real(0), "seconds per passenger boarding or leaving"),
-        "horizon": Param(1800.0, real(0, open_min=True), "seconds during which passengers arrive"),
-        "ride_weight": Param(0.5, real(0),
+        "door_time": Param(4.0, real(0, 3600), "seconds to open and close the doors at a stop"),
+        "board_time": Param(1.0, real(0, 3600), "seconds per passenger boarding or leaving"),
+        "horizon": Param(1800.0, real(0, 1e7, open_min=True),
+                         "seconds during which passengers arrive"),
+        "ride_weight": Param(0.5, real(0, 1e6),
                              "weight of riding time against waiting time in the reward"),
         "max_steps": COMMON["max_steps"].with_default(20000),
+        # No agent of this scenario leaves, so black_death changes nothing here; v0 keeps
+        # the value it was released with (it is part of the config the scores hash).
+        "black_death": COMMON["black_death"].with_default(False),
     }
     presets = {
         "small": {"n_floors": 6, "n_cars": 2, "capacity": 8, "arrival_rate": 0.08,

@@ -58,21 +58,25 @@ class JobShopEnv(SimPyParallelEnv):
         "render_fps": 8,
     }
     params = {
-        "n_machines": Param(4, integer(1), "machines, one agent each"),
-        "n_jobs": Param(100, integer(1), "jobs in an episode"),
-        "max_ops": Param(4, integer(1), "maximum operations per job"),
+        "n_machines": Param(4, integer(1, 1024), "machines, one agent each"),
+        "n_jobs": Param(100, integer(1, 100_000), "jobs in an episode"),
+        "max_ops": Param(4, integer(1, 64), "maximum operations per job"),
         "flexibility": Param(0.5, real(0, 1, open_min=True),
                              "probability that a machine is eligible for an operation (one "
                              "random machine always is)"),
-        "utilization": Param(0.95, real(0, open_min=True),
+        "utilization": Param(0.95, real(0, 1e9, open_min=True),
                              "offered load per machine; sets the arrival rate"),
-        "due_tightness": Param(2.0, real(0, open_min=True),
+        "due_tightness": Param(2.0, real(0, 1000, open_min=True),
                                "due date = arrival + tightness * mean work of the job"),
-        "ptime_range": Param((1.0, 10.0), pair(real(0, open_min=True)),
+        "ptime_range": Param((1.0, 10.0), pair(real(0, 1e6, open_min=True)),
                              "processing times are uniform on this range"),
-        "queue_slots": Param(8, integer(1), "queue positions a machine sees and can pick from"),
+        "queue_slots": Param(8, integer(1, 256),
+                             "queue positions a machine sees and can pick from"),
         "reward": Param("flowtime", choice("flowtime", "tardiness"), "the reward (see above)"),
         "max_steps": COMMON["max_steps"].with_default(1000),
+        # No agent of this scenario leaves, so black_death changes nothing here; v0 keeps
+        # the value it was released with (it is part of the config the scores hash).
+        "black_death": COMMON["black_death"].with_default(False),
     }
     presets = {
         "small": {"n_machines": 3, "n_jobs": 30},

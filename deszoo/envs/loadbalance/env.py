@@ -53,7 +53,7 @@ import numpy as np
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
 from deszoo.core.groups import discrete
-from deszoo.core.params import Param, fraction, integer, pair, real
+from deszoo.core.params import COMMON, Param, fraction, integer, pair, real
 from deszoo.envs.loadbalance.model import LoadBalanceModel
 
 __all__ = ["LoadBalanceEnv", "heuristic"]
@@ -71,24 +71,27 @@ class LoadBalanceEnv(SimPyParallelEnv):
         "render_fps": 8,
     }
     params = {
-        "n_dispatchers": Param(4, integer(1), "dispatchers, one agent each"),
-        "n_pools": Param(6, integer(1), "server pools"),
-        "n_types": Param(3, integer(1), "request types"),
-        "servers_range": Param((2, 6), pair(integer(1)),
+        "n_dispatchers": Param(4, integer(1, 1024), "dispatchers, one agent each"),
+        "n_pools": Param(6, integer(1, 1024), "server pools"),
+        "n_types": Param(3, integer(1, 64), "request types"),
+        "servers_range": Param((2, 6), pair(integer(1, 1024)),
                                "servers per pool, drawn uniformly from this integer range per "
                                "episode"),
-        "queue_capacity": Param(8, integer(1), "waiting places per pool"),
-        "skill_spread": Param(0.5, real(0), "spread of the log mean service times over "
+        "queue_capacity": Param(8, integer(1, 1_000_000), "waiting places per pool"),
+        "skill_spread": Param(0.5, real(0, 10), "spread of the log mean service times over "
                                             "(type, pool)"),
-        "load": Param(0.9, real(0, open_min=True),
+        "load": Param(0.9, real(0, 10, open_min=True),
                       "offered load (arrival rate x mean service time / total servers)"),
         "background": Param(0.0, fraction(),
                             "share of the load that arrives directly at the pools"),
-        "patience": Param(3.0, real(0, open_min=True),
+        "patience": Param(3.0, real(0, 1e12, open_min=True),
                           "mean patience of a waiting request, in mean service times"),
-        "loss_penalty": Param(2.0, real(0), "reward penalty per blocked or abandoned request"),
-        "horizon": Param(60.0, real(0, open_min=True),
+        "loss_penalty": Param(2.0, real(0, 1e6), "reward penalty per blocked or abandoned request"),
+        "horizon": Param(60.0, real(0, 1e6, open_min=True),
                          "simulated time during which requests arrive"),
+        # No agent of this scenario leaves, so black_death changes nothing here; v0 keeps
+        # the value it was released with (it is part of the config the scores hash).
+        "black_death": COMMON["black_death"].with_default(False),
     }
     presets = {
         "small": {

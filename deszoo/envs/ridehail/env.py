@@ -14,15 +14,20 @@ Agents that come and go. All ``n_drivers`` drivers are live agents from ``reset`
 Before its shift starts a driver is never at a decision point: its mask is the no-op
 only and its observation says it is off shift (``obs[0] = 0``) and when it starts. When
 its shift has ended and it is idle (at once, or when its current trip or repositioning
-ends) it logs off for good: the bridge's ``remove_agent`` terminates that agent alone
-(``terminations[agent] = True`` in that step) and it leaves ``env.agents``. From then on
-the bridge's arrays (``obs_buf``, ``mask_buf``, ``live``) report a zero observation and
-the no-op mask for it until the episode ends, as SuperSuit's ``black_death_v3`` does for
-the dict API. The episode terminates when the last driver has logged off.
+ends) it logs off for good. By default (``black_death=True``) it stays in ``env.agents``
+until the episode ends, observing zeros with the no-op mask, rewarded 0, and is
+terminated with everyone when the last driver has logged off: every agent is listed on
+every step, which is what TorchRL, SuperSuit's vector envs and SB3 expect. With
+``black_death=False`` (``ridehail_v0``'s default) a driver that logs off is terminated
+alone (``terminations[agent] = True`` in that step) and leaves ``env.agents``,
+PettingZoo's native way; the bridge's arrays (``obs_buf``, ``mask_buf``, ``live``) then
+report a zero observation and the no-op mask for it until the episode ends. The episode
+terminates when the last driver has logged off.
 
 =================  ======================================================================
-Import             ``from deszoo.envs import ridehail_v0`` / ``deszoo.make("ridehail_v0")``
-Agents             ``driver_0`` .. ``driver_{n_drivers-1}``; they leave one by one
+Import             ``from deszoo.envs import ridehail_v1`` / ``deszoo.make("ridehail_v1")``
+Agents             ``driver_0`` .. ``driver_{n_drivers-1}``; they log off one by one
+                   (listed, observing zeros, until the end; see above)
 Action space       ``Discrete(1 + request_slots + n_zones)``: ``0`` stay (no-op), ``k`` in
                    ``1..request_slots`` accept the request in slot ``k-1``, ``1 +
                    request_slots + z`` reposition to zone ``z`` (``z = x + zones_x * y``)
@@ -49,7 +54,8 @@ Reward             the fare of each ride at drop-off (``base_fare + fare_per_min
                    minutes driven with the rider``) minus ``cost_per_minute`` per minute
                    driven (to pickups, with riders and repositioning), accrued over the
                    step's simulated interval
-Termination        per driver when it logs off; the episode when the last one has
+Termination        the episode, when the last driver has logged off (with
+                   ``black_death=False``: also each driver alone when it logs off)
 Truncation         ``max_steps`` env steps (default 5000) or ``max_time`` simulated time
 Heuristic          ``heuristic(obs, mask)``: accept the nearest request (the better fare on
                    a near tie); with none in reach reposition to a nearby zone with a
@@ -59,15 +65,19 @@ Heuristic          ``heuristic(obs, mask)``: accept the nearest request (the bet
 Presets: `small` (3x3 zones, 8 drivers, 2 h), `default` (4x4 zones, 30 drivers, 3 h),
 `large` (10x10 zones, 300 drivers, 3 h).
 
-Vectorizing with SuperSuit: ``supersuit.pettingzoo_env_to_vec_env_v1(
-supersuit.black_death_v3(env))`` gives one row per possible driver with zero rows for
-drivers that have left. With SuperSuit up to 3.11, ``black_death_v3`` never reports the
-end of an episode (it requires each agent to be terminated *and* truncated, fixed
-upstream in SuperSuit PR #265), so check ``env.episode_over`` (or ``env.agents == []``)
-on the unwrapped env and call ``reset`` yourself; see ``docs/envs/ridehail.md``.
+Vectorizing with SuperSuit: on the default (``black_death=True``) the classic chain
+``supersuit.concat_vec_envs_v1(supersuit.pettingzoo_env_to_vec_env_v1(env), ...)`` works
+as it is, with or without SuperSuit's own ``black_death_v3`` (which then has nothing to
+do). With ``black_death=False`` SuperSuit's vector env refuses the env (its number of
+agents varies); see ``docs/compatibility.md``.
 
 Version History:
-    v0: initial release.
+    v1: ``black_death=True`` by default: a driver who logs off stays listed, observing
+    zeros, until the episode ends, so trainers that expect a fixed set of agents
+    (TorchRL's ``PettingZooWrapper``, SuperSuit's vector envs, SB3) work on the defaults
+    (v0's departures ended TorchRL's episodes at the first log-off and crashed SuperSuit's
+    chain). Same model and trajectories as v0 with ``black_death=True``.
+    v0: initial release (drivers leave ``env.agents`` when they log off).
 """
 
 from __future__ import annotations
@@ -98,27 +108,27 @@ class RideHailEnv(SimPyParallelEnv):
 
     metadata = {
         "render_modes": ["human", "ansi", "rgb_array"],
-        "name": "ridehail_v0",
+        "name": "ridehail_v1",
         "render_fps": 4,
     }
     params = {
-        "zones_x": Param(4, integer(1), "city width in zones (at least 2 zones in all)"),
-        "zones_y": Param(4, integer(1), "city height in zones"),
-        "n_drivers": Param(30, integer(1), "drivers, one agent each"),
-        "horizon": Param(10800.0, real(0, open_min=True),
+        "zones_x": Param(4, integer(1, 32), "city width in zones (at least 2 zones in all)"),
+        "zones_y": Param(4, integer(1, 32), "city height in zones"),
+        "n_drivers": Param(30, integer(1, 4096), "drivers, one agent each"),
+        "horizon": Param(10800.0, real(0, 1e6, open_min=True),
                          "seconds of requests in the day; every shift ends by then"),
-        "demand": Param(3.0, real(0), "requests per hour per driver, on average over the day"),
-        "zone_time": Param(120.0, real(0, open_min=True),
+        "demand": Param(3.0, real(0, 100), "requests per hour per driver, on average over the day"),
+        "zone_time": Param(120.0, real(0, 1e5, open_min=True),
                            "mean seconds to drive one zone further"),
-        "patience": Param(300.0, real(0, open_min=True),
+        "patience": Param(300.0, real(0, 1e6, open_min=True),
                           "mean seconds a request waits before it cancels"),
-        "base_fare": Param(2.5, real(0), "money per ride"),
-        "fare_per_minute": Param(1.0, real(0), "money per minute with a rider"),
-        "cost_per_minute": Param(0.3, real(0), "cost per minute driven"),
-        "dispatch_interval": Param(30.0, real(0, open_min=True),
+        "base_fare": Param(2.5, real(0, 1e6), "money per ride"),
+        "fare_per_minute": Param(1.0, real(0, 1e6), "money per minute with a rider"),
+        "cost_per_minute": Param(0.3, real(0, 1e6), "cost per minute driven"),
+        "dispatch_interval": Param(30.0, real(0, 1e5, open_min=True),
                                    "seconds between dispatch ticks"),
-        "request_slots": Param(4, integer(1), "nearest open requests an idle driver sees"),
-        "pickup_radius": Param(2, integer(0),
+        "request_slots": Param(4, integer(1, 64), "nearest open requests an idle driver sees"),
+        "pickup_radius": Param(2, integer(0, 64),
                                "a driver sees requests at most this many zones away"),
         "max_steps": COMMON["max_steps"].with_default(5000),
     }

@@ -91,25 +91,27 @@ class SupplyChainEnv(SimPyParallelEnv):
         "render_fps": 2,
     }
     params = {
-        "widths": Param((4, 2, 2, 1), int_tuple(1),
+        "widths": Param((4, 2, 2, 1), int_tuple(1, 256, 16),
                         "nodes per echelon, retailers first; must not grow upstream"),
-        "demand_rate": Param(8.0, real(0, open_min=True),
+        "demand_rate": Param(8.0, real(0, 1000, open_min=True),
                              "customers per period at each retailer (Poisson)"),
         "seasonality": Param(0.25, fraction(),
                              "amplitude a of the demand factor 1 + a sin(2 pi t / season)"),
-        "season": Param(52.0, real(0, open_min=True), "length of the seasonal cycle in periods"),
-        "order_delay": Param(1, integer(0), "periods for an order to reach the supplier"),
-        "ship_delay": Param(2, integer(1), "periods a shipment travels"),
-        "production_delay": Param(2, integer(1), "periods a factory's production takes"),
-        "initial_inventory": Param(3.0, real(0), "periods of mean demand on hand at the start"),
-        "holding_cost": Param(0.5, real(0), "cost per item on hand per period"),
-        "backlog_cost": Param(1.0, real(0), "cost per item backlogged per period"),
-        "order_levels": Param(9, integer(2),
+        "season": Param(52.0, real(0, 1e6, open_min=True),
+                        "length of the seasonal cycle in periods"),
+        "order_delay": Param(1, integer(0, 100), "periods for an order to reach the supplier"),
+        "ship_delay": Param(2, integer(1, 100), "periods a shipment travels"),
+        "production_delay": Param(2, integer(1, 100), "periods a factory's production takes"),
+        "initial_inventory": Param(3.0, real(0, 1000),
+                                   "periods of mean demand on hand at the start"),
+        "holding_cost": Param(0.5, real(0, 1e6), "cost per item on hand per period"),
+        "backlog_cost": Param(1.0, real(0, 1e6), "cost per item backlogged per period"),
+        "order_levels": Param(9, integer(2, 1001),
                               "Discrete actions (order sizes 0 .. max_order periods of demand); "
                               "also sets the observation's order unit"),
-        "max_order": Param(2.0, real(0, open_min=True),
+        "max_order": Param(2.0, real(0, 100, open_min=True),
                            "largest order, in periods of the node's mean demand"),
-        "position_cap": Param(2.0, real(0),
+        "position_cap": Param(2.0, real(0, 1e6),
                               "slack of the inventory-position limit of the Discrete mask, in "
                               "periods of mean demand (not applied with continuous=True)"),
         "continuous": Param(False, flag(),
@@ -117,6 +119,9 @@ class SupplyChainEnv(SimPyParallelEnv):
                             "node's mean demand) instead of Discrete(order_levels)"),
         "reward": Param("local", choice("local", "team"), "the reward (see above)"),
         "max_steps": COMMON["max_steps"].with_default(100),
+        # No agent of this scenario leaves, so black_death changes nothing here; v0 keeps
+        # the value it was released with (it is part of the config the scores hash).
+        "black_death": COMMON["black_death"].with_default(False),
     }
     presets = {
         "small": {"widths": (1, 1, 1, 1), "demand_rate": 4.0},

@@ -11,9 +11,10 @@ one, which costs a ``clearance`` interval of all-red. Signals in their minimum g
 clearance are not at a decision point in that step.
 
 =================  ======================================================================
-Import             ``from deszoo.envs import traffic_v0`` / ``deszoo.make("traffic_v0")``
-Agents             ``signal_{row}_{col}``, one per intersection (``rows * cols``; row 0 is
-                   the north edge)
+Import             ``from deszoo.envs import traffic_v1`` / ``deszoo.make("traffic_v1")``
+Agents             ``signal_{k}``, one per intersection, ``k = cols * row + col`` (row 0 is
+                   the north edge): one kind, so trainers that group agents by the name
+                   before the last ``_`` put every signal in one group
 Action space       ``Discrete(5)``: ``0`` keep the current phase (no-op), ``k`` switch to
                    phase ``k-1``: ``0`` N-S through+right, ``1`` N-S protected left, ``2``
                    E-W through+right, ``3`` E-W protected left
@@ -45,6 +46,10 @@ Presets: `small` (2x2 grid, light demand, 900 s), `default` (3x3, 1800 s), `larg
 grid, heavier demand, 1800 s: about a thousand SimPy events per step).
 
 Version History:
+    v1: agents named ``signal_{k}`` (v0: ``signal_{row}_{col}``, which trainers that group
+    agents by the name before the last ``_``, such as TorchRL, split into one group per
+    grid row, so parameter sharing and centralised critics were per row). Same model,
+    rows and trajectories as v0.
     v0: initial release.
 """
 
@@ -75,28 +80,28 @@ class TrafficEnv(SimPyParallelEnv):
 
     metadata = {
         "render_modes": ["human", "ansi", "rgb_array"],
-        "name": "traffic_v0",
+        "name": "traffic_v1",
         "render_fps": 4,
     }
     params = {
-        "rows": Param(3, integer(1), "grid rows; one agent per intersection"),
-        "cols": Param(3, integer(1), "grid columns"),
-        "demand": Param(0.09, real(0), "mean arrival rate per entry link, vehicles per second"),
+        "rows": Param(3, integer(1, 32), "grid rows; one agent per intersection"),
+        "cols": Param(3, integer(1, 32), "grid columns"),
+        "demand": Param(0.09, real(0, 10), "mean arrival rate per entry link, vehicles per second"),
         "demand_spread": Param(0.5, fraction(),
                                "each entry's rate is scaled by a factor drawn uniformly from "
                                "[1 - spread, 1 + spread] per episode"),
         "turn_probs": Param((0.15, 0.7, 0.15), probabilities(3),
                             "probabilities of (left, straight, right) at every intersection"),
-        "link_time": Param(15.0, real(0, open_min=True),
+        "link_time": Param(15.0, real(0, 3600, open_min=True),
                            "free-flow travel time of a link, seconds (each vehicle +-10 %)"),
-        "link_capacity": Param(40, integer(1), "vehicles a link stores, moving and queued"),
-        "headway": Param(2.0, real(0, open_min=True),
+        "link_capacity": Param(40, integer(1, 1000), "vehicles a link stores, moving and queued"),
+        "headway": Param(2.0, real(0, 60, open_min=True),
                          "saturation headway at the stop line, seconds per vehicle"),
-        "decision_interval": Param(5.0, real(0, open_min=True),
+        "decision_interval": Param(5.0, real(0, 3600, open_min=True),
                                    "seconds between decision ticks"),
-        "min_green": Param(10.0, real(0),
+        "min_green": Param(10.0, real(0, 3600),
                            "seconds a phase stays green before the signal may decide again"),
-        "clearance": Param(4.0, real(0),
+        "clearance": Param(4.0, real(0, 600),
                            "yellow plus all-red seconds when the phase changes"),
         "max_time": COMMON["max_time"].with_default(1800.0),
     }
@@ -112,8 +117,10 @@ class TrafficEnv(SimPyParallelEnv):
             raise ConfigError(f"{self.metadata['name']}: demand never ends; set max_time or "
                               "max_steps")
         self._queue_ref = p.link_capacity / 2.0
-        names = [f"signal_{r}_{q}" for r in range(p.rows) for q in range(p.cols)]
-        return discrete(names, np.zeros(OBS_DIM), np.ones(OBS_DIM), 1 + N_PHASES)
+        return discrete(self._agent_names(), np.zeros(OBS_DIM), np.ones(OBS_DIM), 1 + N_PHASES)
+
+    def _agent_names(self) -> list[str]:
+        return [f"signal_{k}" for k in range(self.p.rows * self.p.cols)]
 
     def _build(self):
         n = len(self.possible_agents)
