@@ -725,3 +725,114 @@ def test_the_young_gc_threshold_is_raised_while_envs_are_held(monkeypatch):
         assert _host._gc_holders == 0
     finally:
         gc.set_threshold(*saved)
+
+
+def serial_states(factory, seeds: list, actions: list, same_step: bool) -> tuple[list, list]:
+    """Each env replayed alone through the array API, as a vector env steps it: its state
+    after every call, and (same-step mode) its final state where an episode ended."""
+    envs = [factory() for _ in seeds]
+    n = len(envs[0].possible_agents)
+    for env, seed in zip(envs, seeds, strict=True):
+        env.reset_arrays(seed)
+    states, finals = [[env.state() for env in envs]], [None]
+    for acts in actions:
+        row, final = [], []
+        for k, env in enumerate(envs):
+            end = None
+            if env.episode_over:  # next-step mode: this step resets it
+                env.reset_arrays(None)
+            else:
+                env.step_arrays(acts[k * n : (k + 1) * n])
+                if same_step and env.episode_over:
+                    end = env.state()
+                    env.reset_arrays(None)
+            row.append(env.state())
+            final.append(end)
+        states.append(row)
+        finals.append(final)
+    return states, finals
+
+
+def assert_state_replays(factory, vec, steps: int, same_step: bool) -> None:
+    """``infos["state"]`` (and ``final_info["state"]``) of ``vec`` equal the states of
+    serial envs replaying its seeds and actions, bit for bit."""
+    n, rng = vec.agents_per_sim, np.random.default_rng(0)
+    _, infos = vec.reset(seed=21)
+    got, got_final, actions = [infos["state"]], [None], []
+    for _ in range(steps):
+        actions.append(legal_random(infos["action_mask"], rng))
+        *_, infos = vec.step(actions[-1])
+        got.append(infos["state"])
+        got_final.append(infos["final_info"] if same_step else None)
+    want, want_final = serial_states(factory, [21 + i for i in range(vec.num_sims)], actions,
+                                     same_step)
+    ended = 0
+    for t, (rows, states) in enumerate(zip(got, want, strict=True)):
+        assert rows.shape == (vec.num_envs, len(states[0])) and rows.dtype == np.float32
+        np.testing.assert_array_equal(rows, np.repeat(states, n, axis=0), err_msg=f"step {t}")
+        for k, end in enumerate(want_final[t] if same_step and t else []):
+            assert bool(got_final[t]["_state"][k * n]) == (end is not None), f"step {t}"
+            if end is not None:
+                ended += 1
+                np.testing.assert_array_equal(got_final[t]["state"][k * n], end)
+    assert ended or not same_step, "the rollout should cross an autoreset"
+
+
+@pytest.mark.parametrize("scenario", deszoo.list_envs())
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_state_equals_a_serial_replay(scenario, mode):
+    """make_vec(state=True): infos["state"] is each env's state(), on every scenario."""
+    kwargs = scenario_kwargs(scenario)
+    vec = make_vec(scenario, 2, backend="roundrobin", state=True, autoreset_mode=mode,
+                   **kwargs)
+    try:
+        assert_state_replays(functools.partial(deszoo.make, scenario, **kwargs), vec, 40,
+                             mode == "SameStep")
+    finally:
+        vec.close()
+
+
+def test_state_on_every_backend(backend):
+    """Every backend carries the state it was asked for, equal to a serial replay (ridehail:
+    agents leave, episodes end at different steps)."""
+    kwargs = {"preset": "small", "max_steps": 20}
+    vec = vec_of("ridehail_v0", 3, backend, state=True, autoreset_mode="SameStep", **kwargs)
+    try:
+        assert_state_replays(functools.partial(deszoo.make, "ridehail_v0", **kwargs), vec, 45,
+                             True)
+    finally:
+        vec.close()
+
+
+def test_no_state_unless_asked_and_refused_without_one():
+    """Without state=True nothing is carried; an env with no state is refused by name."""
+    from deszoo.vector.plain_envs import Kinds
+
+    vec = make_vec("jobshop_v0", 2, backend="roundrobin", preset="small")
+    try:
+        _, infos = vec.reset()
+        assert "state" not in infos and vec.layout.state_dim == 0
+    finally:
+        vec.close()
+    with pytest.raises(ConfigError, match="kinds_v0 has no global state"):
+        make_vec(Kinds, 2, backend="roundrobin", state=True)
+
+
+def test_state_of_a_plain_parallel_env():
+    """A plain PettingZoo env with a Box state_space has its state() batched, flattened."""
+    from deszoo.vector.plain_envs import Kinds
+
+    class Stateful(Kinds):
+        state_space = spaces.Box(0.0, 100.0, (1, 2), dtype=np.float32)
+
+        def state(self):
+            return np.array([[self.t, len(self.agents)]], dtype=np.float32)
+
+    vec = make_vec(Stateful, 2, backend="roundrobin", state=True)
+    try:
+        _, infos = vec.reset()
+        assert infos["state"].tolist() == [[0.0, 3.0]] * 6
+        *_, infos = vec.step(np.ones(6, dtype=np.int64))
+        assert infos["state"][0].tolist() == [1.0, 3.0]
+    finally:
+        vec.close()

@@ -155,6 +155,20 @@ def test_per_node_pools_are_bit_identical(scenario, mode):
         ref.close()
 
 
+def test_per_node_pools_carry_the_state():
+    """make_vec(state=True) per node (2 node actors, replies in chunks): each env's state
+    and final state equal a serial replay's."""
+    from test_vector import assert_state_replays
+
+    kwargs = {"preset": "small", "max_steps": 20}
+    vec = make_pools("ridehail_v0", 3, 1000, state=True, autoreset_mode="SameStep", **kwargs)
+    try:
+        assert_state_replays(functools.partial(deszoo.make, "ridehail_v0", **kwargs), vec, 45,
+                             True)
+    finally:
+        vec.close()
+
+
 @pytest.mark.parametrize("step_channel", [True, False])
 def test_per_node_steps_through_the_channel_or_ray_alike(step_channel):
     """A whole node's step goes through its step channel (a TCP connection to its actor)

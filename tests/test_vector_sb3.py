@@ -67,6 +67,28 @@ def test_sb3_interface(backend):
     assert vec.closed
 
 
+def test_sb3_reaches_the_state():
+    """make_vec(state=True): venv.states per row, terminal_state where a row is done."""
+    vec = make_vec("jobshop_v0", 2, backend="roundrobin", preset="small", max_steps=10,
+                   autoreset_mode="SameStep", state=True)
+    venv = to_sb3(vec)
+    try:
+        venv.reset()
+        dim = vec.sim_spec.state_dim
+        assert venv.states.shape == (vec.num_envs, dim)
+        n, done = vec.agents_per_sim, 0
+        for _ in range(25):
+            masks = np.stack(venv.env_method("action_masks"))
+            _, _, dones, infos = venv.step(legal_last(masks.astype(np.int8)))
+            assert np.array_equal(venv.states[::n], np.stack(vec.call("state")))
+            for r in np.flatnonzero(dones):
+                assert infos[r]["terminal_state"].shape == (dim,)
+                done += 1
+        assert done > 0
+    finally:
+        venv.close()
+
+
 def test_ppo_learns_through_sb3_wrappers():
     """SB3's own wrappers and PPO run on top of the adapter (shm backend)."""
     from stable_baselines3 import PPO

@@ -23,6 +23,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from gymnasium import spaces
+
 from deszoo.core.arrays import is_array_env
 from deszoo.core.config import check_seed
 from deszoo.core.memory import check_fits, env_bytes
@@ -129,12 +131,16 @@ def _spec(env: str | Callable[[], Any], num_envs: int, env_kwargs: dict) -> VecS
             num_envs * env_bytes(n, rows.obs_dim, rows.mask_dim, model=hasattr(probe, "p")),
             f"{num_envs} envs x {n} agents, observations of {rows.obs_dim} floats",
         )
+        state_space = getattr(probe, "state_space", None)
+        if not (isinstance(state_space, spaces.Box) and len(state_space.shape) == 1):
+            state_space = None
         return VecSpec(
             factory=factory,
             name=name,
             num_sims=num_envs,
             rows=rows,
             mask_in_obs=bool(getattr(probe, "mask_in_obs", False)),
+            state_space=state_space,
         )
     finally:
         probe.close()

@@ -45,6 +45,9 @@ ROW_FIELDS: tuple[tuple[str, str, Any], ...] = (
 SIM_FIELDS: tuple[tuple[str, Any], ...] = (
     ("sim_time", np.float64), ("events", np.int64), ("final_time", np.float64),
 )
+# Per-env rows of the global state (``make_vec(..., state=True)``; 0 wide when off): after
+# the last step or reset, and (same-step mode) when the last episode ended.
+STATE_FIELDS = ("state", "final_state")
 # The env attribute each adopted row buffer replaces.
 ENV_ATTRS = {name: attr for attr, (name, _, _) in AGENT_ARRAYS.items()}
 ALIGN = 64
@@ -66,6 +69,7 @@ class Layout:
     mask_dim: int
     act_shape: tuple[int, ...] = ()
     act_dtype: str = "int64"
+    state_dim: int = 0
 
     @property
     def rows(self) -> int:
@@ -76,6 +80,7 @@ class Layout:
         out = [(name, (self.rows, *dims[key]), np.dtype(self.act_dtype) if dt is None else dt)
                for name, key, dt in ROW_FIELDS]
         out += [(name, (self.num_sims,), dt) for name, dt in SIM_FIELDS]
+        out += [(name, (self.num_sims, self.state_dim), np.float32) for name in STATE_FIELDS]
         return out
 
     def nbytes(self) -> int:
@@ -123,6 +128,8 @@ class Buffers:
     invalid_count: np.ndarray
     sim_time: np.ndarray
     events: np.ndarray
+    state: np.ndarray
+    final_state: np.ndarray
 
 
 @dataclass
@@ -229,6 +236,7 @@ class EnvGroup:
             self.views.append(views)
             self._adopt(env, views)
         self.rows = slice(first * n, (first + count) * n)
+        self.with_state = bufs.layout.state_dim > 0  # write each env's state after it moves
         self.need_reset = [reset_seeds is not None] * count
         self.next_seed: list[int | None] = list(reset_seeds or [None] * count)
         # Attributes set with a "set" call, re-applied to an env that is rebuilt.
@@ -279,6 +287,8 @@ class EnvGroup:
         s = self.first + k
         self.bufs.sim_time[s] = env.now
         self.bufs.events[s] += env.num_events
+        if self.with_state:
+            env.write_state(self.bufs.state[s])
 
     def reset(
         self, seeds: Sequence[int | None], which: Sequence[bool] | None = None
@@ -323,6 +333,8 @@ class EnvGroup:
                 s = self.first + k
                 bufs.events[s] += env.num_events - before
                 bufs.sim_time[s] = env.now
+                if self.with_state:
+                    env.write_state(bufs.state[s])
                 if same_step and env.episode_over:
                     self._same_step_reset(k, lo)
             except Exception as exc:
@@ -340,6 +352,8 @@ class EnvGroup:
         bufs.final[lo:hi] = True
         bufs.final_count[lo:hi] = bufs.invalid_count[lo:hi]
         bufs.final_time[self.first + k] = bufs.sim_time[self.first + k]
+        if self.with_state:
+            bufs.final_state[self.first + k] = bufs.state[self.first + k]
         rows = slice(lo, hi)
         done = [getattr(bufs, f)[rows].copy() for f in SAME_STEP_KEEP]
         self._reset_one(k, None)

@@ -18,6 +18,8 @@ Masks              ``obs[agent]["action_mask"]`` or ``infos[agent]["action_mask"
 Deciding agents    ``infos[agent]["needs_action"]`` when there is one; else every agent in
                    ``env.agents``
 Agents that leave  their rows are dead (zeros, no-op mask) until the episode ends
+Global state       ``env.state()`` flattened, for ``make_vec(..., state=True)``, when the
+                   env has a ``Box`` ``state_space``
 =================  ======================================================================
 
 Anything else (``Tuple`` or other ``Dict`` observations, ``Text``, ``Graph``) raises
@@ -121,6 +123,10 @@ class ParallelEnvArrays:
         self.num_steps = 0
         self.num_events = 0
         self._time = 0.0
+        # The env's global state, flattened, if it has a Box one (make_vec(state=True)).
+        space = getattr(env, "state_space", None)
+        self.state_space = (_flat_box(space, name)[0] if isinstance(space, spaces.Box)
+                            else None)
 
     # ---- what the backends read ------------------------------------------------------
     def observation_space(self, agent: str) -> spaces.Space:
@@ -137,6 +143,10 @@ class ParallelEnvArrays:
     def now(self) -> float:
         """The env's ``infos[agent]["sim_time"]`` if it reports one, else its step count."""
         return self._time
+
+    def write_state(self, out: np.ndarray) -> None:
+        """The env's ``state()``, flattened, into ``out``."""
+        out[:] = np.asarray(self.env.state(), dtype=np.float32).reshape(-1)
 
     def reset_arrays(self, seed: int | None = None) -> None:
         obs, infos = self.env.reset(seed=seed)

@@ -26,6 +26,7 @@ A backend is a subclass of :class:`DeszooVecEnv` that declares its options
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import logging
 import operator
@@ -119,6 +120,7 @@ COMMON_OPTIONS: tuple[Option, ...] = (
            lambda v: isinstance(v, AutoresetMode) or v in _AUTORESET,
            "Gymnasium's autoreset mode"),
     option("copy", True, "bool", "return copies (True) or views of the batch buffers"),
+    option("state", False, "bool", "each env's global state in infos['state'] (per row)"),
 )
 
 
@@ -132,6 +134,17 @@ class VecSpec:
     num_sims: int
     rows: AgentRows
     mask_in_obs: bool = False
+    state_space: spaces.Box | None = None  # the env's, if it has one
+    state_dim: int = 0  # > 0: the batch carries each env's state (make_vec(state=True))
+
+    def with_state(self) -> VecSpec:
+        """This spec with each env's global state in the batch."""
+        if self.state_space is None:
+            raise ConfigError(
+                f"make_vec(state=True): {self.name} has no global state (no state_space and "
+                "state(), or not a flat Box); leave state out"
+            )
+        return dataclasses.replace(self, state_dim=int(self.state_space.shape[0]))
 
     @property
     def agents(self) -> tuple[str, ...]:
@@ -157,7 +170,7 @@ class VecSpec:
     def layout(self) -> Layout:
         r = self.rows
         return Layout(self.num_sims, len(r.names), r.obs_dim, r.mask_dim, r.act_shape,
-                      r.act_dtype.name)
+                      r.act_dtype.name, self.state_dim)
 
 
 class State(enum.Enum):
@@ -424,6 +437,8 @@ class DeszooVecEnv(VectorEnv):
         return resolve_workers(cls.backend, spec.num_sims, num_workers, usable_cores())
 
     def __init__(self, spec: VecSpec, seed: int | None, opts: dict[str, Any]):
+        if opts.get("state") and not spec.state_dim:
+            spec = spec.with_state()
         self.sim_spec = spec
         self.layout = spec.layout
         self.num_sims = spec.num_sims
@@ -1257,6 +1272,9 @@ class DeszooVecEnv(VectorEnv):
             "invalid_count": take(bufs.invalid_count),
             "kind": take(self._kind),
         }
+        if self.layout.state_dim:  # every row gets its env's state, as sim_time
+            infos["state"] = bufs.state[self._row_sim if rows is None
+                                        else rows // self.agents_per_sim]
         obs = take(bufs.obs)
         if self._same_step:
             final_obs = take(bufs.final_obs)
@@ -1277,6 +1295,10 @@ class DeszooVecEnv(VectorEnv):
                 "_sim_time": final,
                 "_invalid_count": final,
             }
+            if self.layout.state_dim:
+                infos["final_info"]["state"] = bufs.final_state[
+                    self._row_sim if rows is None else rows // n]
+                infos["final_info"]["_state"] = final
             infos["_final_info"] = final
         if self._mask_in_obs:
             obs = {"observation": obs, "action_mask": infos["action_mask"].copy()}

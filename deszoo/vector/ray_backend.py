@@ -43,7 +43,7 @@ from deszoo.vector._host import Buffers, Call, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker
 from deszoo.vector.options import option
 
-__all__ = ["RayTransport", "RayVecEnv", "import_ray"]
+__all__ = ["RayTransport", "RayVecEnv", "import_ray", "reply_fields"]
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,14 @@ INSTALL_HINT = "backend='ray' needs Ray: pip install 'deszoo[ray]'"
 # Fields the parent reads back from an actor's block (``final_obs``/``final``: SameStep only).
 FIELDS = (*(name for name, _, _ in AGENT_ARRAYS.values()), "sim_time", "events")
 SAME_STEP_FIELDS = ("final_obs", "final", "final_count", "final_time")
-SIM_FIELDS = ("sim_time", "events", "final_time")
+SIM_FIELDS = ("sim_time", "events", "final_time", "state", "final_state")
+
+
+def reply_fields(layout: Layout, same_step: bool) -> tuple[str, ...]:
+    """The fields a reply packs: the states only when the batch carries them."""
+    state = layout.state_dim > 0
+    return (FIELDS + (("state",) if state else ())
+            + ((*SAME_STEP_FIELDS, *(("final_state",) if state else ())) if same_step else ()))
 # Default actor options: Ray's default resources for actors (one CPU to be placed, none held
 # while running, so several vector envs fit on a small cluster), spread over the nodes.
 ACTOR_OPTIONS = {"max_restarts": 0, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
@@ -120,7 +127,7 @@ class _Host:
             # The reply packs only the fields the parent reads (no actions, no final
             # observations in NextStep mode), so it stays small enough for Ray to send it
             # inline (up to 100 KiB) rather than through the object store.
-            names = FIELDS + (SAME_STEP_FIELDS if same_step else ())
+            names = reply_fields(layout, same_step)
             self.parts = [getattr(self.bufs, name).reshape(-1).view(np.uint8) for name in names]
             sizes = [p.nbytes for p in self.parts]
             self.offsets = dict(zip(names, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
@@ -265,7 +272,7 @@ class RayTransport(Transport):
         self.n = len(spec.agents)
         self.same_step = same_step
         self.actor_cls = _actor_class(ray, self.body, {**self.defaults, **(actor_options or {})})
-        self.fields = FIELDS + (SAME_STEP_FIELDS if same_step else ())
+        self.fields = reply_fields(self.layout, same_step)
         self.bufs = Buffers(self.layout)
         self.handles: list = []  # what the finalizer kills
         self.close_timeout = [float(close_timeout)]

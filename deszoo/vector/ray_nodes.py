@@ -54,8 +54,6 @@ from deszoo.vector import _procs
 from deszoo.vector._host import Call
 from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker, sigint_deferred
 from deszoo.vector.ray_backend import (
-    FIELDS,
-    SAME_STEP_FIELDS,
     SIM_FIELDS,
     RayTransport,
     RayVecEnv,
@@ -63,6 +61,7 @@ from deszoo.vector.ray_backend import (
     ignore_sigint,
     import_ray,
     kill_actors,
+    reply_fields,
 )
 from deszoo.vector.shm import ShmTransport, ShmVecEnv
 
@@ -173,7 +172,7 @@ class _NodeHost:
             self.pool = _Pool.create(spec, num_workers=num_workers, **pool_options)
             bufs = self.pool._bufs
             bufs.events[:] = events  # event counts survive the actor's replacement
-            names = FIELDS + (SAME_STEP_FIELDS if same_step else ())
+            names = reply_fields(spec.layout, same_step)
             self.parts = [getattr(bufs, n).reshape(-1).view(np.uint8) for n in names]
             sizes = [p.nbytes for p in self.parts]
             self.offsets = dict(zip(names, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))

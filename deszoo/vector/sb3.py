@@ -12,6 +12,9 @@ env must be built with ``autoreset_mode="SameStep"``. Rows are SB3's envs.
 * ``step_seconds`` holds each row's simulated length of the last step (up to the end of
   the episode for a row whose episode ended in it): what
   :class:`deszoo.learning.SimTimeRolloutBuffer` discounts by.
+* With ``make_vec(..., state=True)``, ``states`` holds each row's global state (its
+  simulation's ``state()``, ``infos["state"]``) after the last reset or step, and a done
+  row has the state its agent's episode ended in in ``infos[r]["terminal_state"]``.
 * ``env_method("action_masks")`` returns the masks (as ``sb3_contrib``'s MaskablePPO
   asks). ``get_attr``, ``set_attr`` and ``env_method`` act on the simulation of each row
   in ``indices`` (each simulation once, however many of its rows are named).
@@ -67,6 +70,7 @@ def to_sb3(vec: DeszooVecEnv):
             self._actions: np.ndarray | None = None
             self._clock = np.zeros(venv.num_envs)
             self.step_seconds = np.zeros(venv.num_envs)
+            self.states: np.ndarray | None = None  # per row, with make_vec(state=True)
             super().__init__(venv.num_envs, venv.single_observation_space,
                              venv.single_action_space)
 
@@ -76,6 +80,7 @@ def to_sb3(vec: DeszooVecEnv):
             self._mask = infos["action_mask"]
             self._clock = np.array(infos["sim_time"], dtype=np.float64)
             self.step_seconds = np.zeros(self.num_envs)
+            self.states = infos.get("state")
             self.reset_infos = [{} for _ in range(self.num_envs)]
             return obs
 
@@ -93,6 +98,8 @@ def to_sb3(vec: DeszooVecEnv):
             reset = infos["_final_obs"]
             self.step_seconds = step_seconds(infos, self._clock)
             self._clock = np.array(infos["sim_time"], dtype=np.float64)
+            self.states = infos.get("state")
+            final_states = infos["final_info"].get("state")
             dones = term | trunc
             out: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
             for r in np.flatnonzero(dones):
@@ -105,6 +112,8 @@ def to_sb3(vec: DeszooVecEnv):
                     "terminal_observation": terminal,
                     "TimeLimit.truncated": bool(trunc[r] and not term[r]),
                 }
+                if self.states is not None:
+                    out[r]["terminal_state"] = (final_states if reset[r] else self.states)[r].copy()
             return obs, rew, dones, out
 
         def close(self) -> None:

@@ -107,10 +107,11 @@ class AgentVecEnv:
         if self.same_step:
             final = (b.final_obs.copy(), b.final.copy(), b.final_count.copy(),
                      float(b.final_time[0]))
+        state = (b.state[0].copy(), b.final_state[0].copy()) if b.layout.state_dim else None
         packed = (
             b.mask.copy(), b.needs.copy(), b.live.copy(), b.invalid.copy(),
             b.invalid_count.copy(), float(b.sim_time[0]), int(b.events[0]), final,
-            self._global(failures),
+            self._global(failures), state,
         )
         return [{INFO_KEY: packed}] + [{} for _ in range(self.num_envs - 1)]
 
@@ -446,7 +447,7 @@ class SuperSuitTransport(Transport):
                 continue
             rows = slice(s * n, (s + 1) * n)
             local = slice(k * n, (k + 1) * n)
-            mask, needs, live, invalid, count, now, events, final, found = packed
+            mask, needs, live, invalid, count, now, events, final, found, state = packed
             b.obs[rows] = obs[local]
             if rew is not None:
                 b.rew[rows], b.term[rows], b.trunc[rows] = rew[local], term[local], trunc[local]
@@ -456,6 +457,8 @@ class SuperSuitTransport(Transport):
             b.final[rows] = False
             if final is not None:
                 b.final_obs[rows], b.final[rows], b.final_count[rows], b.final_time[s] = final
+            if state is not None:
+                b.state[s], b.final_state[s] = state
             failures += found
         return Reply(w.index, "ok", failures)
 

@@ -30,6 +30,12 @@ Observation        ``[floor / (n_floors - 1), moving, going up, going down, load
                    down), soft_4(own riders for the floor), other cars whose next stop is the
                    floor / (n_cars - 1), free cars nearer than this car / (n_cars - 1)]``;
                    a free car is empty and not moving (ties go to the lower index)
+State              ``Box(0, 1, (2 + 8 * n_cars + 5 * n_floors,), float32)``: ``[min(t /
+                   horizon, 1), arrivals over]``, then per car ``[floor / (n_floors - 1),
+                   next stop / (n_floors - 1), moving, going up, going down, load /
+                   capacity, parked, deciding]``, then per floor ``[soft_4(waiting up),
+                   soft_4(waiting down), soft_60(longest wait up), soft_60(longest wait
+                   down), soft_4(riders of every car for the floor)]``
 Reward             minus (passengers waiting in the building / n_cars + ``ride_weight`` x
                    the car's riders), integrated over the step's simulated interval, in
                    passenger-minutes
@@ -53,6 +59,7 @@ Version History:
 from __future__ import annotations
 
 import numpy as np
+from gymnasium import spaces
 
 from deszoo.core import NOOP, SimPyParallelEnv
 from deszoo.core.groups import discrete
@@ -63,6 +70,8 @@ __all__ = ["ElevatorEnv", "heuristic"]
 
 GLOBAL = 8  # car features
 FLOOR = 7  # features per floor
+CAR = 8  # state features per car
+STATE_FLOOR = 5  # state features per floor
 K_COUNT, K_WAIT = 4.0, 60.0  # soft scaling of passenger counts and waiting seconds
 MINUTE = 60.0
 
@@ -111,6 +120,10 @@ class ElevatorEnv(SimPyParallelEnv):
         size = GLOBAL + FLOOR * p.n_floors
         names = [f"car_{i}" for i in range(p.n_cars)]
         return discrete(names, np.zeros(size), np.ones(size), p.n_floors + 1)
+
+    def _state_setup(self) -> spaces.Box:
+        size = 2 + CAR * self.p.n_cars + STATE_FLOOR * self.p.n_floors
+        return spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
 
     def _build(self):
         p = self.p
@@ -199,6 +212,30 @@ class ElevatorEnv(SimPyParallelEnv):
         key = np.abs(pos[:, None] - self._floors[None, :]) * n + self._index_c[:, None]
         nearer = key[free][None, :, :] < key[:, None, :]  # [car, free car, floor]
         floor_block[:, :, 6] = nearer.sum(axis=1) * self._others
+
+    def _state_all(self, out: np.ndarray) -> None:
+        model, p, now = self.model, self.p, self.sim.now
+        cars, n_f = model.cars, p.n_floors
+        top = n_f - 1
+        out[0] = min(1.0, now / p.horizon)
+        out[1] = model.arrivals_over
+        car = out[2 : 2 + CAR * len(cars)].reshape(len(cars), CAR)
+        car[:, 0] = [c.floor / top for c in cars]
+        car[:, 1] = [(c.target if c.moving else c.floor) / top for c in cars]
+        car[:, 2] = [c.moving for c in cars]
+        car[:, 3] = [c.direction > 0 for c in cars]
+        car[:, 4] = [c.direction < 0 for c in cars]
+        car[:, 5] = [c.load / p.capacity for c in cars]
+        car[:, 6] = [c.parked for c in cars]
+        car[:, 7] = self.needs_buf
+        floor = out[2 + CAR * len(cars) :].reshape(n_f, STATE_FLOOR)
+        counts = np.array(model.hall_count, dtype=np.float64)
+        oldest = np.array([[now - q[0].arrived if q else 0.0 for q in hall]
+                           for hall in model.hall])
+        riders = np.sum([c.calls for c in cars], axis=0, dtype=np.float64)
+        floor[:, 0:2] = counts / (counts + K_COUNT)
+        floor[:, 2:4] = oldest / (oldest + K_WAIT)
+        floor[:, 4] = riders / (riders + K_COUNT)
 
     def _render_text(self) -> str:
         m = self.model

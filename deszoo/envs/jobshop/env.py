@@ -17,6 +17,12 @@ Observation        ``[busy, remaining busy time / p_max, queue length / slots, s
                    (slots * machines)]`` (each capped at 1), then per slot ``[present,
                    p / p_max, waited / (4 p_max), slack / (4 p_max) clipped to [-1, 1],
                    weight / 4, ops left / max_ops]`` (zeros for empty slots)
+State              ``Box(-1, 1, (4 + 6 * n_machines,), float32)``: ``[jobs arrived / n_jobs,
+                   finished / n_jobs, shop WIP / (slots * machines), share of the WIP
+                   past its due date]``, then per machine ``[busy, remaining busy time /
+                   p_max, queue length / slots, queued work / (slots * p_max), queued
+                   weight / (4 slots), least slack in its queue / (4 p_max) clipped to
+                   [-1, 1] (0 when empty)]`` (each capped at 1)
 Reward             ``flowtime``: minus the weighted number of jobs queued at or running on
                    the machine, integrated over the step's simulated interval, / ``p_max``.
                    ``tardiness``: minus ``weight * tardiness / p_max`` of each job whose
@@ -37,6 +43,7 @@ Version History:
 from __future__ import annotations
 
 import numpy as np
+from gymnasium import spaces
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
 from deszoo.core.groups import discrete
@@ -47,6 +54,7 @@ __all__ = ["JobShopEnv", "heuristic"]
 
 GLOBAL = 4
 SLOT = 6
+MACHINE = 6  # state features per machine
 
 
 class JobShopEnv(SimPyParallelEnv):
@@ -92,6 +100,11 @@ class JobShopEnv(SimPyParallelEnv):
         self._pmax = float(p.ptime_range[1])
         names = [f"machine_{m}" for m in range(p.n_machines)]
         return discrete(names, low, np.ones_like(low), k + 1)
+
+    def _state_setup(self) -> spaces.Box:
+        low = np.zeros(GLOBAL + MACHINE * self.p.n_machines, dtype=np.float32)
+        low[GLOBAL + 5 :: MACHINE] = -1.0
+        return spaces.Box(low, np.ones_like(low), dtype=np.float32)
 
     def _build(self):
         self.model = JobShopModel(
@@ -151,6 +164,26 @@ class JobShopEnv(SimPyParallelEnv):
                 out[base + 3] = min(1.0, max(-1.0, (job.due - now - job.work_left) / scale))
                 out[base + 4] = job.weight / 4.0
                 out[base + 5] = (len(job.ops) - op.index) / max_ops
+
+    def _state_all(self, out: np.ndarray) -> None:
+        model, now, pmax = self.model, self.sim.now, self._pmax
+        k, n, scale = self.p.queue_slots, model.n_machines, 4 * self._pmax
+        table = np.zeros((n, MACHINE))
+        late = 0
+        for m, queue in enumerate(model.queues):
+            run = model.running[m]
+            table[m, 0] = run is not None
+            table[m, 1] = max(0.0, model.busy_until[m] - now) / pmax
+            table[m, 2] = len(queue) / k
+            table[m, 3] = sum(op.times[m] for op in queue) / (k * pmax)
+            table[m, 4] = sum(op.job.weight for op in queue) / (4.0 * k)
+            slack = [op.job.due - now - op.job.work_left for op in queue]
+            table[m, 5] = max(-1.0, min(slack) / scale) if slack else 0.0
+            late += sum(op.job.due < now for op in queue) + (run is not None and run.job.due < now)
+        wip = sum(len(q) for q in model.queues) + int(table[:, 0].sum())
+        out[:GLOBAL] = (len(model.jobs) / model.n_jobs, model.finished / model.n_jobs,
+                        min(1.0, wip / (k * n)), late / wip if wip else 0.0)
+        out[GLOBAL:] = np.minimum(table, 1.0).reshape(-1)
 
     def _render_text(self) -> str:
         model = self.model

@@ -26,6 +26,12 @@ Observation        ``[deciding, min(t / horizon, 1), one-hot type of the request
                    soft(expected wait), soft(mean service time of the request's type)]``
                    (the last is 0 when not deciding). ``soft(x) = x / (1 + x)`` with ``x``
                    in units of the mean service time (1.0), so every entry is in [0, 1].
+State              ``Box(0, 1, (1 + (1 + n_types) * n_dispatchers + (5 + n_types) *
+                   n_pools,), float32)``: ``[min(t / horizon, 1)]``, then per dispatcher
+                   ``[deciding, one-hot type of the request to route]``, then per pool
+                   ``[not full, busy servers / servers, waiting / queue_capacity, servers
+                   / max servers, soft(expected wait), soft(mean service time) of each
+                   type]``
 Expected wait      0 with a free server, else ``(work waiting + work in service / c) / c``,
                    work being the sum of mean service times, ``c`` the pool's servers
 Reward             minus the number of the dispatcher's requests waiting in queues,
@@ -50,6 +56,7 @@ Version History:
 from __future__ import annotations
 
 import numpy as np
+from gymnasium import spaces
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
 from deszoo.core.groups import discrete
@@ -121,6 +128,11 @@ class LoadBalanceEnv(SimPyParallelEnv):
         self._pool_of_action = [None, *range(p.n_pools)]  # action k: pool k - 1
         return discrete(names, np.zeros(size), np.ones(size), p.n_pools + 1)
 
+    def _state_setup(self) -> spaces.Box:
+        p = self.p
+        size = 1 + (1 + p.n_types) * p.n_dispatchers + (5 + p.n_types) * p.n_pools
+        return spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
+
     def _build(self):
         self.model = LoadBalanceModel(
             self.sim, self.rng, self.p, route=self._route, on_wait=self._on_wait,
@@ -180,6 +192,23 @@ class LoadBalanceEnv(SimPyParallelEnv):
             row[0] = 1.0
             row[2 + kind] = 1.0
             row[g + SERVICE :: POOL] = self._svc[kind]
+
+    def _state_all(self, out: np.ndarray) -> None:
+        p, model = self.p, self.model
+        n_d, n_t = p.n_dispatchers, p.n_types
+        out[0] = min(1.0, self.sim.now / p.horizon)
+        disp = out[1 : 1 + (1 + n_t) * n_d].reshape(n_d, 1 + n_t)
+        disp[:] = 0.0
+        for d in np.flatnonzero(self.needs_buf):
+            disp[d, 0] = 1.0
+            disp[d, 1 + self._kind[d]] = 1.0
+        pools = out[1 + (1 + n_t) * n_d :].reshape(p.n_pools, 5 + n_t)
+        cap, maxc = p.queue_capacity, self._max_servers
+        for k, pool in enumerate(model.pools):
+            w = pool.expected_wait()
+            pools[k, :5] = (not pool.full(), len(pool.resource.users) / pool.servers,
+                            min(1.0, pool.waiting / cap), pool.servers / maxc, w / (1.0 + w))
+        pools[:, 5:] = self._svc.T
 
     def _render_text(self) -> str:
         m = self.model

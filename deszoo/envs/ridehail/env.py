@@ -50,6 +50,13 @@ Observation        ``[on shift, idle, driving a rider (to pickup or destination)
                    n_drivers / n_zones)``, ``time_ref = zone_time (zones_x + zones_y -
                    1.5)`` (the longest mean drive). Every feature is capped at 1. A driver
                    that has logged off observes zeros
+State              ``Box(0, 1, (1 + 8 * n_drivers + 4 * n_zones,), float32)``: ``[min(t
+                   / horizon, 1)]``, then per driver ``[before its shift, idle, driving a
+                   rider, repositioning, logged off, shift time left / horizon, x /
+                   (zones_x - 1), y / (zones_y - 1)]``, then per zone ``[open requests /
+                   count_ref, idle drivers / count_ref, drivers on shift in or driving to
+                   it / count_ref, expected requests in the next 10 minutes /
+                   count_ref]`` (each capped at 1)
 Reward             the fare of each ride at drop-off (``base_fare + fare_per_minute *
                    minutes driven with the rider``) minus ``cost_per_minute`` per minute
                    driven (to pickups, with riders and repositioning), accrued over the
@@ -85,11 +92,12 @@ from __future__ import annotations
 from operator import attrgetter
 
 import numpy as np
+from gymnasium import spaces
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
 from deszoo.core.groups import discrete
 from deszoo.core.params import COMMON, Param, integer, real
-from deszoo.envs.ridehail.model import BUSY, IDLE, MOVING, OFF, Request, RideHailModel
+from deszoo.envs.ridehail.model import BUSY, GONE, IDLE, MOVING, OFF, Request, RideHailModel
 from deszoo.errors import ConfigError
 
 __all__ = ["RideHailEnv", "heuristic"]
@@ -97,6 +105,7 @@ __all__ = ["RideHailEnv", "heuristic"]
 HEAD = 9
 ZONE = 4
 SLOT = 6
+DRIVER = 8  # state features per driver
 LOOKAHEAD = 600.0  # seconds: horizon of the expected-demand features
 _ORIGIN, _DEST, _TIME, _TRIP, _FARE = map(
     attrgetter, ("origin", "dest", "time", "trip_time", "fare")
@@ -152,6 +161,10 @@ class RideHailEnv(SimPyParallelEnv):
         dim = self._slot0 + SLOT * K
         names = [f"driver_{i}" for i in range(p.n_drivers)]
         return discrete(names, np.zeros(dim), np.ones(dim), 1 + K + Z)
+
+    def _state_setup(self) -> spaces.Box:
+        size = 1 + DRIVER * self.p.n_drivers + ZONE * self._n_zones
+        return spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
 
     def _build(self):
         p = self.p
@@ -280,6 +293,29 @@ class RideHailEnv(SimPyParallelEnv):
         else:
             rows[:, 1 : 1 + K] = 0
         self.mask_buf[pending] = rows
+
+    def _state_all(self, out: np.ndarray) -> None:
+        model, now = self.model, self.sim.now
+        n, Z, horizon, cref = model.n_drivers, model.n_zones, model.horizon, self._count_ref
+        state = np.fromiter(model.state, dtype=np.int64, count=n)
+        zone = np.fromiter(model.zone, dtype=np.int64, count=n)
+        on = (state == IDLE) | (state == BUSY) | (state == MOVING)
+        out[0] = min(1.0, now / horizon)
+        drivers = out[1 : 1 + DRIVER * n].reshape(n, DRIVER)
+        for col, st in enumerate((OFF, IDLE, BUSY, MOVING, GONE)):
+            drivers[:, col] = state == st
+        left = np.minimum(np.maximum((model.shift_end - now) / horizon, 0.0), 1.0)
+        drivers[:, 5] = np.where(on, left, 0.0)
+        drivers[:, 6:8] = self._xy_n[zone]
+        zones = out[1 + DRIVER * n :].reshape(Z, ZONE)
+        origins = np.fromiter(map(_ORIGIN, model.open.values()), dtype=np.int64,
+                              count=len(model.open))
+        expected = model.mean_rate * model.rate_factor(now) * LOOKAHEAD * model.origin_weights(now)
+        zones[:, 0] = np.bincount(origins, minlength=Z) / cref
+        zones[:, 1] = np.bincount(zone[state == IDLE], minlength=Z) / cref
+        zones[:, 2] = np.bincount(zone[on], minlength=Z) / cref
+        zones[:, 3] = expected / cref
+        np.minimum(zones, 1.0, out=zones)
 
     def _render_text(self) -> str:
         model = self.model

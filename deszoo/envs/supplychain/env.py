@@ -41,6 +41,12 @@ Observation        ``[soft(on hand), soft(backlog), soft(on order), soft(invento
                    (depth - 1), min(t / max_steps, 1), sin, cos of the season phase]``;
                    demand is customers (retailers) or orders received (upstream); the
                    forecast is exponential smoothing with factor 0.2
+State              ``Box(low, high, (3 + 7 * n_nodes,), float32)``: ``[min(t / max_steps,
+                   1), sin, cos of the season phase]``, then per node (in agent order)
+                   ``[soft(on hand), soft(backlog), soft(on order), soft(inventory
+                   position), soft(last period's demand), soft(demand forecast),
+                   soft(last order)]``; the season entries and the inventory positions in
+                   [-1, 1], the others in [0, 1]
 Reward             ``local``: minus the node's holding cost (``holding_cost`` per item and
                    period on hand) plus backlog cost (``backlog_cost`` per item and period
                    owed), accrued continuously over the step, divided by ``demand_rate``;
@@ -78,6 +84,7 @@ from deszoo.errors import ConfigError
 __all__ = ["SupplyChainEnv", "heuristic"]
 
 SCALE = 16.0  # soft(x) = x / (SCALE + |x|), x in order units
+NODE = 7  # state features per node
 N_OBS = 13
 Z_RETAIL = 0.5  # safety factor of the heuristic at retailers (upstream: none)
 
@@ -155,6 +162,12 @@ class SupplyChainEnv(SimPyParallelEnv):
             return Group(names, box, spaces.Box(0.0, p.max_order, (1,), dtype=np.float32))
         return discrete(names, low, np.ones(N_OBS), p.order_levels)
 
+    def _state_setup(self) -> spaces.Box:
+        low = np.zeros(3 + NODE * sum(self.p.widths), dtype=np.float32)
+        low[[1, 2]] = -1.0
+        low[3 + 3 :: NODE] = -1.0
+        return spaces.Box(low, np.ones_like(low), dtype=np.float32)
+
     def _build(self):
         p = self.p
         self.model = m = SupplyChainModel(self.sim, self.rng, p)
@@ -217,6 +230,16 @@ class SupplyChainEnv(SimPyParallelEnv):
         steps = p.max_steps
         phase = 2 * math.pi * now / p.season
         obs[:, 10:13] = (min(1.0, now / steps) if steps else 0.0, math.sin(phase), math.cos(phase))
+
+    def _state_all(self, out: np.ndarray) -> None:
+        m, now, steps = self.model, self.sim.now, self.p.max_steps
+        x = np.array([m.on_hand, m.backlog, m.on_order, m.on_order, m.last_demand, m.forecast,
+                      m.last_order], dtype=np.float64)
+        x[3] = x[0] + x[2] - x[1]
+        x /= self._unit
+        phase = 2 * math.pi * now / self.p.season
+        out[:3] = (min(1.0, now / steps) if steps else 0.0, math.sin(phase), math.cos(phase))
+        out[3:] = (x / (SCALE + np.abs(x))).T.reshape(-1)
 
     def bullwhip(self) -> list[float]:
         """Variance of each echelon's orders per period / variance of customer demand."""

@@ -33,6 +33,12 @@ Observation        ``[0:4]`` phase one-hot (during clearance: the phase switched
                    ``2 * heading + kind`` (headings N, E, S, W = direction of travel;
                    kind 0 through+right, 1 left), links by heading. Every feature is
                    capped at 1
+State              ``Box(0, 1, (1 + 30 * rows * cols,), float32)``: ``[min(t / max_time,
+                   1)]`` (``steps / max_steps`` without ``max_time``), then per signal the
+                   observation's ``[0:22]`` (phase, clearing, green time, queues, waits),
+                   vehicles on each incoming link / ``link_capacity`` (4), and the backlog
+                   at the grid's edge feeding each incoming link, ``b / (b +
+                   link_capacity)`` (4; 0 inside the grid)
 Reward             minus the vehicle-minutes queued at the signal's stop lines (and in the
                    backlog at the grid's edge that feeds it) during the step: the queue
                    length integrated over the step's simulated interval, divided by 60
@@ -56,6 +62,7 @@ Version History:
 from __future__ import annotations
 
 import numpy as np
+from gymnasium import spaces
 
 from deszoo.core import NOOP, SimPyParallelEnv
 from deszoo.core.groups import discrete
@@ -66,6 +73,7 @@ from deszoo.errors import ConfigError
 __all__ = ["TrafficEnv", "heuristic"]
 
 OBS_DIM = 30
+SIGNAL = 30  # state features per signal
 GREEN_REF = 60.0  # seconds: green time feature scale
 WAIT_REF = 120.0  # seconds: head-of-queue wait feature scale
 # For each lane slot (2 * heading + kind): the heading its vehicles mostly leave with
@@ -121,6 +129,10 @@ class TrafficEnv(SimPyParallelEnv):
 
     def _agent_names(self) -> list[str]:
         return [f"signal_{k}" for k in range(self.p.rows * self.p.cols)]
+
+    def _state_setup(self) -> spaces.Box:
+        size = 1 + SIGNAL * self.p.rows * self.p.cols
+        return spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
 
     def _build(self):
         n = len(self.possible_agents)
@@ -195,6 +207,25 @@ class TrafficEnv(SimPyParallelEnv):
         obs[:, 22:26] = np.minimum(1.0, moving / cap).reshape(n, 4)
         out_count = count[self._out_index] * self._out_open
         obs[:, 26:30] = np.minimum(1.0, out_count / cap).reshape(n, 4)
+
+    def _state_all(self, out: np.ndarray) -> None:
+        model, p = self.model, self.p
+        n = model.n_nodes
+        if p.max_time is not None:
+            out[0] = min(1.0, self.sim.now / p.max_time)
+        else:
+            out[0] = min(1.0, self.num_steps / p.max_steps)
+        # Columns 0:22 are the observation's (_observe_all only reads the model here; the
+        # env's obs_buf may be stale or zero for agents it no longer observes).
+        table = out[1:].reshape(n, SIGNAL)
+        self._observe_all(table)
+        cap = float(p.link_capacity)
+        count = np.array(model.count, dtype=np.float64)
+        table[:, 22:26] = np.minimum(1.0, count / cap).reshape(n, 4)
+        backlog = np.zeros(4 * n)
+        for link, b in model.backlog.items():
+            backlog[link] = b
+        table[:, 26:30] = (backlog / (backlog + cap)).reshape(n, 4)
 
     def _render_text(self) -> str:
         model = self.model

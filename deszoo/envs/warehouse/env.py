@@ -36,6 +36,14 @@ Observation        ``[busy, x / (n_aisles - 1), depth (0 front cross-aisle .. 1 
                    / n_robots]``. ``est_ref = 2 n_aisles pitch_time + 2 max_lines
                    (aisle_length cell_time + pitch_time) + max_lines pick_time +
                    drop_time``. Every feature is capped to [0, 1]
+State              ``Box(0, 1, (3 + 7 * n_robots + n_aisles + n_stations + 5 * order_slots,),
+                   float32)``: ``[open orders / order_slots, orders not yet arrived /
+                   n_orders, delivered / n_orders]``, then per robot ``[busy, x /
+                   (n_aisles - 1), depth, in an aisle, lines left on the tour / (capacity
+                   max_lines), orders in its batch / capacity, deciding]``, the aisle and
+                   station loads as observed, then per order slot ``[present, lines /
+                   max_lines, age / 900 s, aisles with lines / max_lines, robots in those
+                   aisles / n_robots]`` (capped to [0, 1])
 Reward             shared: minus the order-minutes in the system (orders arrived and not
                    yet delivered, integrated over the step's simulated interval, / 60),
                    split equally among the robots; summed over robots and the episode it
@@ -59,6 +67,7 @@ Version History:
 from __future__ import annotations
 
 import numpy as np
+from gymnasium import spaces
 
 from deszoo.core import NOOP, SimPyParallelEnv
 from deszoo.core.groups import discrete
@@ -70,6 +79,8 @@ __all__ = ["WarehouseEnv", "heuristic"]
 
 HEAD = 9
 SLOT = 7
+ROBOT = 7  # state features per robot
+ORDER = 5  # state features per order slot
 AGE_REF = 900.0  # seconds: order age feature scale
 
 
@@ -159,6 +170,11 @@ class WarehouseEnv(SimPyParallelEnv):
         names = [f"robot_{r}" for r in range(p.n_robots)]
         return discrete(names, np.zeros(dim), np.ones(dim), K + 1)
 
+    def _state_setup(self) -> spaces.Box:
+        p = self.p
+        size = 3 + ROBOT * p.n_robots + p.n_aisles + p.n_stations + ORDER * p.order_slots
+        return spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
+
     def _build(self):
         # orders in the system and their integral over time (plain floats: _on_count runs
         # at every arrival and delivery)
@@ -246,6 +262,37 @@ class WarehouseEnv(SimPyParallelEnv):
                 if batch:
                     extra = model.added_times(batch, int(model.x[r]), snap)
                     table[r, :m, 4] = [min(1.0, max(0.0, e / ref)) for e in extra]
+
+    def _state_all(self, out: np.ndarray) -> None:
+        model, now = self.model, self.sim.now
+        n, A, L, K = model.n_robots, model.n_aisles, model.length, self.p.order_slots
+        cap = model.capacity
+        out[:3] = (min(1.0, len(model.open) / K), (model.n_orders - model.released)
+                   / model.n_orders, model.delivered / model.n_orders)
+        robots = out[3 : 3 + ROBOT * n].reshape(n, ROBOT)
+        x, y = np.array(model.x), np.array(model.y)
+        robots[:, 0] = model.busy
+        robots[:, 1] = x / (A - 1)
+        robots[:, 2] = (y + 1.0) / (L + 1.0)
+        robots[:, 3] = (y >= 0) & (y < L)
+        robots[:, 4] = np.minimum(1.0, np.divide(model.lines_left, cap * model.max_lines))
+        robots[:, 5] = [len(b) / cap for b in model.batch]
+        robots[:, 6] = self.needs_buf
+        lo = 3 + ROBOT * n
+        out[lo : lo + A] = np.minimum(1.0, np.divide(model.aisle_load, min(n, L)))
+        out[lo + A : lo + A + len(model.station_load)] = np.minimum(
+            1.0, np.divide(model.station_load, n))
+        slots = out[lo + A + len(model.station_load) :].reshape(K, ORDER)
+        slots[:] = 0.0
+        snap = model.open[:K]
+        if snap:
+            m, load = len(snap), model.aisle_load
+            rows = self._order_rows[[o.id for o in snap]]
+            slots[:m, 0] = 1.0
+            slots[:m, 1] = rows[:, 4]
+            slots[:m, 2] = [min(1.0, (now - o.arrival) / AGE_REF) for o in snap]
+            slots[:m, 3] = rows[:, 5]
+            slots[:m, 4] = [min(1.0, sum(load[a] for a in o.aisles) / n) for o in snap]
 
     def _render_text(self) -> str:
         model = self.model
