@@ -13,12 +13,14 @@ __all__ = ["ENVS", "list_envs", "make", "env_module"]
 # One line per scenario. The module must define ``parallel_env`` and ``heuristic``.
 ENVS: dict[str, str] = {
     "elevator_v0": "deszoo.envs.elevator_v0",
+    "elevator_v1": "deszoo.envs.elevator_v1",
     "jobshop_v0": "deszoo.envs.jobshop_v0",
     "loadbalance_v0": "deszoo.envs.loadbalance_v0",
     "supplychain_v0": "deszoo.envs.supplychain_v0",
     "traffic_v0": "deszoo.envs.traffic_v0",
     "traffic_v1": "deszoo.envs.traffic_v1",
     "warehouse_v0": "deszoo.envs.warehouse_v0",
+    "warehouse_v1": "deszoo.envs.warehouse_v1",
     "ridehail_v0": "deszoo.envs.ridehail_v0",
     "ridehail_v1": "deszoo.envs.ridehail_v1",
 }

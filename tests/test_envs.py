@@ -413,3 +413,50 @@ def test_every_parameter_rejects_a_value_of_the_wrong_type(name):
             continue
         with pytest.raises(ConfigError, match=key):
             deszoo.make(name, preset="small", **{key: "seven"})
+
+
+def test_elevator_v1_rewards_sum_to_the_passengers_journey_time():
+    """v1's shared reward: over an episode the cars' rewards sum to minus every passenger's
+    wait + ride in minutes, and every car gets the same (v0: each car its own riders)."""
+    for name in ("elevator_v0", "elevator_v1"):
+        env = deszoo.make(name, preset="small")
+        heuristic = deszoo.env_module(name).heuristic
+        obs, infos = env.reset(seed=2)
+        total = dict.fromkeys(env.possible_agents, 0.0)
+        while env.agents:
+            obs, rew, _, _, infos = env.step(
+                {a: heuristic(obs[a], infos[a]["action_mask"]) for a in env.agents})
+            for a, r in rew.items():
+                total[a] += float(r)
+        journey = env.model.total_journey / 60.0
+        assert env.model.delivered == env.model.arrived > 0
+        shared = len({round(v, 3) for v in total.values()}) == 1
+        if name == "elevator_v1":
+            assert shared and sum(total.values()) == pytest.approx(-journey, rel=1e-4)
+        else:
+            assert not shared
+        env.close()
+
+
+def test_warehouse_v1_waits_and_goes_as_two_actions():
+    """v1: 0 waits keeping a partial batch (and decides again wait_time later), 1 goes
+    (legal only with a partial batch); v0's no-op started a partial batch's tour."""
+    env = deszoo.make("warehouse_v1", preset="small", invalid_action="raise")
+    _, infos = env.reset(seed=1)
+    mask = infos["robot_0"]["action_mask"]
+    assert env.action_space("robot_0").n == env.p.order_slots + 2
+    assert mask[0] == 1 and mask[1] == 0 and mask[2] == 1  # empty batch: no go
+    with pytest.raises(InvalidActionError, match="robot_0"):
+        env.step({"robot_0": 1, **{a: 0 for a in env.agents[1:]}})
+    env.reset(seed=1)
+    env.step({"robot_0": 2, **{a: 0 for a in env.agents[1:]}})  # one order into the batch
+    model = env.model
+    assert len(model.batch[0]) == 1
+    _, _, _, _, infos = env.step({a: 0 for a in env.agents})  # robot_0 waits with it
+    assert len(model.batch[0]) == 1 and not model.busy[0]
+    while not infos["robot_0"]["needs_action"]:
+        _, _, _, _, infos = env.step({a: 0 for a in env.agents})
+    assert infos["robot_0"]["action_mask"][1] == 1 and len(model.batch[0]) == 1
+    env.step({"robot_0": 1, **{a: 0 for a in env.agents[1:]}})  # go
+    assert model.busy[0]
+    env.close()

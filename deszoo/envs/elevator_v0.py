@@ -1,8 +1,35 @@
-"""Versioned public name of the elevator scenario."""
+"""Versioned public name of the elevator scenario, version 0 (kept for reproducibility).
+
+The same model as ``elevator_v1`` with v0's reward: each car pays 1/n_cars of the waiting
+passenger-minutes and ``ride_weight`` (0.5) per minute of its own riders. See
+``deszoo/envs/elevator/env.py`` for the scenario and its version history.
+"""
+
+import numpy as np
 
 from deszoo.core.aec import aec_constructors
-from deszoo.envs.elevator.env import ElevatorEnv as parallel_env
-from deszoo.envs.elevator.env import heuristic
+from deszoo.core.params import COMMON
+from deszoo.envs.elevator.env import MINUTE, ElevatorEnv, heuristic
 
+
+class ElevatorEnvV0(ElevatorEnv):
+    """Elevator bank, version 0: a car's own riders weigh on its reward alone."""
+
+    metadata = {**ElevatorEnv.metadata, "name": "elevator_v0"}
+    # v0's defaults (both are part of the config the score entries hash; no car leaves, so
+    # black_death changes nothing here)
+    params = {**ElevatorEnv.params,
+              "ride_weight": ElevatorEnv.params["ride_weight"].with_default(0.5),
+              "black_death": COMMON["black_death"].with_default(False)}
+
+    def _flush(self, until: float) -> None:
+        wait, ride = self.model.take_areas(until)
+        n = len(ride)
+        self.rew_buf -= (
+            (wait / n + self.p.ride_weight * np.asarray(ride)) / MINUTE
+        ).astype(np.float32)
+
+
+parallel_env = ElevatorEnvV0
 env, raw_env = aec_constructors(parallel_env)
 __all__ = ["env", "heuristic", "parallel_env", "raw_env"]

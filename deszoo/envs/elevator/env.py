@@ -15,7 +15,7 @@ its direction. Arrivals stop at ``horizon``; the episode ends when everyone is d
 into ``[0, 1)``.
 
 =================  ======================================================================
-Import             ``from deszoo.envs import elevator_v0`` / ``deszoo.make("elevator_v0")``
+Import             ``from deszoo.envs import elevator_v1`` / ``deszoo.make("elevator_v1")``
 Agents             ``car_0`` .. ``car_{n_cars-1}``
 Action space       ``Discrete(n_floors + 1)``: ``0`` no-op (at a decision point: park here
                    until the next passenger arrives), ``k`` targets floor ``k-1``
@@ -36,9 +36,11 @@ State              ``Box(0, 1, (2 + 8 * n_cars + 5 * n_floors,), float32)``: ``[
                    capacity, parked, deciding]``, then per floor ``[soft_4(waiting up),
                    soft_4(waiting down), soft_60(longest wait up), soft_60(longest wait
                    down), soft_4(riders of every car for the floor)]``
-Reward             minus (passengers waiting in the building / n_cars + ``ride_weight`` x
-                   the car's riders), integrated over the step's simulated interval, in
-                   passenger-minutes
+Reward             shared: every car gets minus (passengers waiting in the building +
+                   ``ride_weight`` x passengers riding in any car) / ``n_cars``, integrated
+                   over the step's simulated interval, in passenger-minutes; with
+                   ``ride_weight = 1`` (the default) the cars' rewards sum to minus the
+                   passengers' total journey time (wait + ride)
 Termination        arrivals are over and every passenger has been delivered
 Truncation         ``max_steps`` env steps (default 20000) or ``max_time`` (seconds)
 Heuristic          ``heuristic(obs, mask)``: collective control. With riders: the nearest
@@ -53,7 +55,14 @@ Presets: `small` (6 floors, 2 cars, 0.08 passengers per second for 20 minutes), 
 second for 30 minutes; ``max_steps`` 50000; about 11x the work per step of `small`).
 
 Version History:
-    v0: initial release.
+    v1: a shared reward: each car pays 1/n_cars of every passenger-minute in the building,
+    waiting or riding (``ride_weight`` default 1). In v0 a car paid ``ride_weight`` (0.5)
+    per minute of its own riders but only 1/n_cars of each waiting passenger-minute, so
+    picking people up gained a car nothing on small and lost on default, and independent
+    learners had to train on ``ride_weight=0`` (docs/training.md). Same model, actions,
+    observations and trajectories as v0.
+    v0: initial release (each car: minus waiting passengers / n_cars + ``ride_weight`` x
+    its own riders; ``ride_weight`` default 0.5).
 """
 
 from __future__ import annotations
@@ -81,7 +90,7 @@ class ElevatorEnv(SimPyParallelEnv):
 
     metadata = {
         "render_modes": ["human", "ansi", "rgb_array"],
-        "name": "elevator_v0",
+        "name": "elevator_v1",
         "render_fps": 8,
     }
     params = {
@@ -100,12 +109,9 @@ class ElevatorEnv(SimPyParallelEnv):
         "board_time": Param(1.0, real(0, 3600), "seconds per passenger boarding or leaving"),
         "horizon": Param(1800.0, real(0, 1e7, open_min=True),
                          "seconds during which passengers arrive"),
-        "ride_weight": Param(0.5, real(0, 1e6),
+        "ride_weight": Param(1.0, real(0, 1e6),
                              "weight of riding time against waiting time in the reward"),
         "max_steps": COMMON["max_steps"].with_default(20000),
-        # No agent of this scenario leaves, so black_death changes nothing here; v0 keeps
-        # the value it was released with (it is part of the config the scores hash).
-        "black_death": COMMON["black_death"].with_default(False),
     }
     presets = {
         "small": {"n_floors": 6, "n_cars": 2, "capacity": 8, "arrival_rate": 0.08,
@@ -161,10 +167,7 @@ class ElevatorEnv(SimPyParallelEnv):
 
     def _flush(self, until: float) -> None:
         wait, ride = self.model.take_areas(until)
-        n = len(ride)
-        self.rew_buf -= (
-            (wait / n + self.p.ride_weight * np.asarray(ride)) / MINUTE
-        ).astype(np.float32)
+        self.rew_buf -= np.float32((wait + self.p.ride_weight * sum(ride)) / len(ride) / MINUTE)
 
     # ---- observations ---------------------------------------------------------------
     def _observe_all(self, obs: np.ndarray) -> None:

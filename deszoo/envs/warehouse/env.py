@@ -13,13 +13,16 @@ takes the no-op. Decisions are event-driven and asynchronous. The episode length
 it terminates when every order has been delivered.
 
 =================  ======================================================================
-Import             ``from deszoo.envs import warehouse_v0`` / ``deszoo.make("warehouse_v0")``
+Import             ``from deszoo.envs import warehouse_v1`` / ``deszoo.make("warehouse_v1")``
 Agents             ``robot_0`` .. ``robot_{n_robots-1}``
-Action space       ``Discrete(order_slots + 1)``: ``0`` no-op: with an empty batch wait
-                   ``wait_time`` seconds, with a partial batch start the tour; ``k`` add
-                   the open order in slot ``k-1`` to the batch
-Action mask        deciding: ``0`` and the occupied slots; not deciding (on a tour, at a
-                   station, waiting, or no open order): only ``0``
+Action space       ``Discrete(order_slots + 2)``: ``0`` wait (no-op): wait ``wait_time``
+                   seconds, keeping the batch, then decide again; ``1`` go: start the
+                   tour with the batch; ``k >= 2`` add the open order in slot ``k-2`` to
+                   the batch
+Action mask        deciding: ``0``, ``1`` if the batch holds an order, and the occupied
+                   slots; not deciding (on a tour, at a station, waiting, or no open
+                   order): only ``0``. A robot with a partial batch and no open order
+                   left starts its tour
 Conflicts          if several robots take the same order in one step, the first robot
                    processed gets it and the others decide again at once (if orders remain)
 Observation space  ``Box(0, 1, (9 + n_aisles + n_stations + 7 * order_slots,), float32)``
@@ -61,10 +64,17 @@ of 12, 120 orders), `large` (96 robots, 64 aisles of 40, 16 stations, 1600 order
 lines per order: about 10x the work per step of `small`).
 
 Version History:
-    v0: initial release.
+    v1: distinct actions for wait (``0``) and go (``1``). In v0 the no-op meant "wait" for
+    a robot with an empty batch but "start the tour" for one with a partial batch, so one
+    action had two meanings and a robot could not wait for a better order to add. Same
+    model, observations and reward as v0; the action space has one more action.
+    v0: initial release (``Discrete(order_slots + 1)``: ``0`` waits with an empty batch,
+    starts the tour with a partial one).
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 from gymnasium import spaces
@@ -72,7 +82,7 @@ from gymnasium import spaces
 from deszoo.core import NOOP, SimPyParallelEnv
 from deszoo.core.groups import discrete
 from deszoo.core.params import COMMON, Param, integer, real
-from deszoo.envs.warehouse.model import Order, WarehouseModel
+from deszoo.envs.warehouse.model import WAIT, Order, WarehouseModel
 from deszoo.errors import ConfigError
 
 __all__ = ["WarehouseEnv", "heuristic"]
@@ -89,7 +99,7 @@ class WarehouseEnv(SimPyParallelEnv):
 
     metadata = {
         "render_modes": ["human", "ansi", "rgb_array"],
-        "name": "warehouse_v0",
+        "name": "warehouse_v1",
         "render_fps": 8,
     }
     params = {
@@ -120,9 +130,6 @@ class WarehouseEnv(SimPyParallelEnv):
                            "seconds a robot with an empty batch waits on the no-op"),
         "order_slots": Param(8, integer(1, 256), "open orders a robot sees and can choose from"),
         "max_steps": COMMON["max_steps"].with_default(3000),
-        # No agent of this scenario leaves, so black_death changes nothing here; v0 keeps
-        # the value it was released with (it is part of the config the scores hash).
-        "black_death": COMMON["black_death"].with_default(False),
     }
     presets = {
         "small": {
@@ -165,10 +172,15 @@ class WarehouseEnv(SimPyParallelEnv):
         # what every robot observes alike, written here and then copied to every row
         self._common = np.zeros(dim)
         self._common_slots = self._common[self._slot0 :].reshape(K, SLOT)
-        # _slot_masks[m]: the no-op and the first m order slots
-        self._slot_masks = np.tril(np.ones((K + 1, K + 1), dtype=np.int8))
+        # _slot_masks[go, m]: the no-op, go (v1, with a partial batch) and the first m slots
+        slots = np.tril(np.ones((K + 1, K + 1), dtype=np.int8))
+        if self.GO:
+            self._slot_masks = np.stack([np.insert(slots, 1, go, axis=1) for go in (0, 1)])
+        else:
+            self._slot_masks = np.stack([slots, slots])
+        self._masks_of = (partial(self._observed_slots, 0), partial(self._observed_slots, 1))
         names = [f"robot_{r}" for r in range(p.n_robots)]
-        return discrete(names, np.zeros(dim), np.ones(dim), K + 1)
+        return discrete(names, np.zeros(dim), np.ones(dim), K + 1 + self.GO)
 
     def _state_setup(self) -> spaces.Box:
         p = self.p
@@ -194,16 +206,22 @@ class WarehouseEnv(SimPyParallelEnv):
         model.start()
 
     # ---- decisions -------------------------------------------------------------------
+    GO = 1  # the go action (v1); slot k is action 1 + GO + k
+
     def _choose(self, r: int, batch: list[Order]):
-        # Action k means slot k - 1 of the open orders as observed at the end of the step
-        # (see _observe_all), so the mask is taken then too.
-        return self.decide(r, self._observed_slots, values=self._slot_value)
+        # Action 1 + GO + k means slot k of the open orders as observed at the end of the
+        # step (see _observe_all), so the mask is taken then too.
+        return self.decide(r, self._masks_of[bool(batch)], values=self._slot_value)
 
-    def _observed_slots(self) -> np.ndarray:
-        return self._slot_masks[min(len(self.model.open), self.p.order_slots)]
+    def _observed_slots(self, go: int) -> np.ndarray:
+        return self._slot_masks[go, min(len(self.model.open), self.p.order_slots)]
 
-    def _slot_value(self, action: int) -> Order | None:
-        return None if action == NOOP else self._snapshot[action - 1]
+    def _slot_value(self, action: int) -> Order | str | None:
+        if action == NOOP:
+            return WAIT if self.GO else None
+        if action == self.GO:
+            return None
+        return self._snapshot[action - 1 - self.GO]
 
     def _on_count(self, delta: int) -> None:
         now = self.sim.now
@@ -319,18 +337,24 @@ def heuristic(obs: np.ndarray, mask: np.ndarray) -> int:
 
     With an empty batch: the order with the shortest estimated tour, penalising congested
     aisles and favouring old orders (never waits). With a partial batch: add the order
-    that adds the least time, if that is at most 60 % of its tour alone; else start.
+    that adds the least time, if that is at most 60 % of its tour alone; else go.
     """
-    if not mask[1:].any():
+    return pick(obs, mask, go=1)
+
+
+def pick(obs: np.ndarray, mask: np.ndarray, go: int) -> int:
+    """:func:`heuristic` for the action layout with (``go=1``, v1) or without a go action."""
+    first = 1 + go  # the action of slot 0
+    if not mask[first:].any():
         return NOOP
-    k = len(mask) - 1
+    k = len(mask) - first
     table = np.asarray(obs[len(obs) - SLOT * k :], dtype=np.float64).reshape(k, SLOT)
-    illegal = mask[1:] == 0
+    illegal = mask[first:] == 0
     if obs[5] == 0:
         score = table[:, 3] + 0.5 * table[:, 6] - 0.3 * table[:, 2]
         score[illegal] = np.inf
-        return int(np.argmin(score)) + 1
+        return int(np.argmin(score)) + first
     extra = table[:, 4].copy()
     extra[illegal] = np.inf
     j = int(np.argmin(extra))
-    return j + 1 if extra[j] <= 0.6 * table[j, 3] else NOOP
+    return j + first if extra[j] <= 0.6 * table[j, 3] else (go or NOOP)

@@ -17,7 +17,9 @@ near aisle 0).
 
 Robots. A free robot builds a batch of up to ``capacity`` orders: it asks
 ``choose(r, batch)`` for an order to add until it gets ``None`` (start the tour; with an
-empty batch: wait ``wait_time``), the batch is full or no open order is left. It then
+empty batch: wait ``wait_time``), the batch is full or no open order is left; ``WAIT``
+waits ``wait_time`` and asks again, keeping a partial batch (with an empty batch it is
+``None``'s wait). It then
 visits the aisles holding lines of the batch in a sweep (ascending or descending ``x``,
 whichever is shorter), traverses each in its one-way direction picking at the cells,
 passes through an aisle of the opposite direction when it must change cross-aisle,
@@ -35,7 +37,9 @@ from typing import Any
 import numpy as np
 import simpy
 
-__all__ = ["WarehouseModel", "Order", "Spot", "FRONT", "BACK"]
+__all__ = ["WarehouseModel", "Order", "Spot", "FRONT", "BACK", "WAIT"]
+
+WAIT = "wait"  # choose's answer: wait wait_time, keep the batch, then choose again
 
 FRONT, BACK = 0, 1
 TRAVEL_MEMO = 4096
@@ -323,7 +327,10 @@ class WarehouseModel:
                 continue
             while self.open and len(batch) < self.capacity:
                 order = yield self.choose(r, batch)
-                if order is None:
+                if order is WAIT and batch:
+                    yield sim.timeout(self.wait_time)
+                    continue
+                if order is None or order is WAIT:
                     break
                 if order.taken:  # another robot took it at the same instant
                     continue
