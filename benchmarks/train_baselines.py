@@ -126,6 +126,14 @@ TUNED: dict[tuple[str, str], dict[str, Any]] = {
     # At 100k MaskablePPO closed only 21% of the random-heuristic gap (-722; 4 dispatchers,
     # 7 actions, and the greedy policy was worse than random at 28k). Longer.
     ("loadbalance_v0", "default"): {"timesteps": 300_000},
+    # The v1 scenarios (issue 21): independent PPO and MAPPO in the loop (an MLP; the
+    # loop has no entity policy), v0's settings without v0's workarounds (elevator_v1's
+    # shared reward needs no ride_weight 0; warehouse_v1's robots can wait without going).
+    ("elevator_v1", "small"): {"timesteps": 400_000, "gamma": 0.995, "n_steps": 256},
+    ("warehouse_v1", "small"): {"gamma": 0.999},
+    ("elevator_v1", "default"): {"timesteps": 400_000, "gamma": 0.995, "n_steps": 256,
+                                 "curve_cap": 6000},
+    ("warehouse_v1", "default"): {"timesteps": 300_000, "time_scale": 10.0, "gae_lambda": 1.0},
     # traffic_v0 has no entry: its first runs froze (greedy -932 on small, every curve point
     # the same) because of a core bug, not the settings: trunc stayed True after an
     # episode's truncation in SameStep mode (fixed in f36c005), so to_sb3 reported every row
@@ -302,8 +310,10 @@ def train_maskable(name: str, preset: str, cfg: dict[str, Any],
                            sims, cfg, curve)
 
 
-def train_loop(name: str, preset: str, cfg: dict[str, Any]) -> tuple[Policy, dict[str, Any]]:
-    """Train the hand-written PPO loop; return the greedy masked policy and its record."""
+def train_loop(name: str, preset: str, cfg: dict[str, Any],
+               centralised: bool = False) -> tuple[Policy, dict[str, Any]]:
+    """Train the hand-written PPO loop (MAPPO with ``centralised``: the critic reads the
+    global state); return the greedy masked policy and its record."""
     loop = _example("ppo_loop")
     sims = num_sims(name, preset, cfg["rows"])
     curve = Curve(name, preset, max(1, cfg["timesteps"] // cfg["points"]), cfg["curve_cap"])
@@ -322,11 +332,13 @@ def train_loop(name: str, preset: str, cfg: dict[str, Any]) -> tuple[Policy, dic
                      gamma=cfg["gamma"], lam=cfg["gae_lambda"], ent_coef=cfg["ent_coef"],
                      hidden=cfg["hidden"], time_scale=cfg["time_scale"],
                      reward_scale=cfg["reward_scale"] if cfg["norm_reward"] else 1.0,
-                     num_workers=2, on_update=on_update, preset=preset, **cfg["env"])
+                     num_workers=2, on_update=on_update, preset=preset,
+                     centralised=centralised, **cfg["env"])
     wall = time.perf_counter() - start - curve.eval_s
     curve.maybe(done[0], functools.partial(net.act, greedy=True), force=True)
     return (functools.partial(net.act, greedy=True),
-            _record("examples/ppo_loop.py", done[0], wall, sims, cfg, curve))
+            _record("examples/ppo_loop.py" + (" --centralised (MAPPO)" if centralised else ""),
+                    done[0], wall, sims, cfg, curve))
 
 
 def sampled_maskable(name: str, preset: str, models: Path | None,
@@ -394,6 +406,8 @@ def run(name: str, preset: str, algos: set[str], out: Path, models: Path | None)
         jobs.append(("MaskablePPO", lambda: train_maskable(name, preset, cfg, save)))
     if "loop" in algos:
         jobs.append(("PPO-loop", lambda: train_loop(name, preset, cfg)))
+    if "mappo" in algos:
+        jobs.append(("MAPPO-loop", lambda: train_loop(name, preset, cfg, centralised=True)))
     if "sampled" in algos:
         jobs.append(("MaskablePPO-sampled", lambda: sampled_maskable(name, preset, models, out)))
     for label, job in jobs:
@@ -404,7 +418,8 @@ def run(name: str, preset: str, algos: set[str], out: Path, models: Path | None)
 
 
 _ALGO_OF = {"random": "baselines", "heuristic": "baselines", "MaskablePPO": "maskable",
-            "PPO-loop": "loop", "MaskablePPO-sampled": "sampled --models DIR"}
+            "PPO-loop": "loop", "MAPPO-loop": "mappo",
+            "MaskablePPO-sampled": "sampled --models DIR"}
 
 
 # ---- pictures -----------------------------------------------------------------------------
@@ -501,7 +516,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="comma-separated SCENARIO/PRESET (default: every scenario x preset)")
     p.add_argument("--presets", default=",".join(PRESETS))
     p.add_argument("--algos", default="baselines,maskable,loop",
-                   help="comma-separated: baselines, maskable, loop, sampled (the saved "
+                   help="comma-separated: baselines, maskable, loop, mappo (the loop "
+                   "with a critic on the global state), sampled (the saved "
                    "MaskablePPO model of --models with sampled actions), or none")
     p.add_argument("--out", type=Path, default=ROOT / DEFAULT_DIR)
     p.add_argument("--models", type=Path, default=None, help="folder to save SB3 models in")

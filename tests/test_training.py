@@ -71,3 +71,24 @@ def test_hand_written_ppo_loop_beats_random_masked_policy(loop, bar):
     returns = loop.evaluate(functools.partial(net.act, greedy=True), NAME, **KW)
     assert len(returns) == 20
     assert returns.mean() > bar, (returns.mean(), bar)
+
+
+def test_mappo_critic_learns_from_the_global_state(loop):
+    """MAPPO on a tiny case (seconds): the critic's input is observation + state, its state
+    weights move under the value loss, and the actor still sees the observation only."""
+    import torch
+
+    kw = dict(timesteps=1024, num_envs=2, n_steps=32, minibatch=64, seed=0, preset="small",
+              max_steps=30)
+    env = deszoo.make(NAME, preset="small")
+    obs_dim, state_dim = env.observation_space(env.possible_agents[0]).shape[0], \
+        env.state_space.shape[0]
+    net = loop.train(NAME, centralised=True, **kw)
+    assert net.pi[0].in_features == obs_dim
+    assert net.v[0].in_features == obs_dim + state_dim
+    torch.manual_seed(0)  # the same initial weights train() drew
+    init = loop.ActorCritic(obs_dim, env.action_space(env.possible_agents[0]).n, 64, state_dim)
+    moved = (net.v[0].weight[:, obs_dim:] - init.v[0].weight[:, obs_dim:]).abs().max()
+    assert torch.isfinite(moved) and moved > 1e-4
+    assert loop.train(NAME, **kw).v[0].in_features == obs_dim  # independent PPO: no state
+    env.close()
