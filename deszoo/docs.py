@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from deszoo.registry import env_module, list_envs
+from deszoo.registry import env_module, latest_versions
 
 __all__ = ["scenario_page", "write_pages"]
 
@@ -120,20 +120,10 @@ def scenario_page(name: str) -> str:
     return "\n".join(out).replace("\n\n\n", "\n\n").rstrip() + "\n"
 
 
-def latest_versions() -> list[str]:
-    """The newest version of each scenario (one page each; older versions are in its
-    version history)."""
-    newest: dict[str, tuple[int, str]] = {}
-    for name in list_envs():
-        short, _, version = name.rpartition("_v")
-        newest[short] = max(newest.get(short, (-1, "")), (int(version), name))
-    return sorted(name for _, name in newest.values())
-
-
 def write_pages(check: bool = False) -> list[str]:
     """Write (or, with ``check``, compare) every scenario page; return the stale ones."""
     stale = []
-    for name in latest_versions():
+    for name in latest_versions():  # one page each; older versions are in its history
         path = DOCS / f"{name.rsplit('_', 1)[0]}.md"
         text = scenario_page(name)
         if not path.exists() or path.read_text() != text:

@@ -8,7 +8,7 @@ from typing import Any
 
 from deszoo.errors import ConfigError
 
-__all__ = ["ENVS", "list_envs", "make", "env_module"]
+__all__ = ["ENVS", "list_envs", "latest_versions", "make", "env_module"]
 
 # One line per scenario. The module must define ``parallel_env`` and ``heuristic``.
 ENVS: dict[str, str] = {
@@ -29,6 +29,15 @@ ENVS: dict[str, str] = {
 def list_envs() -> list[str]:
     """Sorted names of every registered scenario."""
     return sorted(ENVS)
+
+
+def latest_versions() -> list[str]:
+    """The newest version of each scenario, sorted (``elevator_v1``, not ``elevator_v0``)."""
+    newest: dict[str, tuple[int, str]] = {}
+    for name in ENVS:
+        short, _, version = name.rpartition("_v")
+        newest[short] = max(newest.get(short, (-1, "")), (int(version), name))
+    return sorted(name for _, name in newest.values())
 
 
 def env_module(name: str) -> ModuleType:

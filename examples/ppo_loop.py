@@ -105,8 +105,7 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
                 clock = infos["sim_time"]
                 cut = trunc & ~term  # truncated: bootstrap from the final observation
                 if cut.any():
-                    final = critic_input(infos["final_obs"],
-                                         infos["final_info"].get("state") if centralised else None)
+                    final = critic_input(infos["final_obs"], infos["final_info"].get("state"))
                     with torch.no_grad():
                         tail = net.v(final[cut]).squeeze(-1)
                     rew[cut] += disc[cut] * tail.numpy()

@@ -11,8 +11,8 @@ import pytest
 
 import deszoo
 from deszoo.core import memory
-from deszoo.docs import latest_versions
 from deszoo.errors import ConfigError
+from deszoo.registry import latest_versions
 from deszoo.vector import make_vec
 
 
@@ -118,8 +118,7 @@ def test_every_bound_runs(name):
     a ConfigError: e.g. a memory estimate past what the machine has)."""
     failures = []
     for key, param in params_of(name).items():
-        check = getattr(param.check, "__wrapped__", param.check)
-        for bound in getattr(check, "bounds", (None, None)):
+        for bound in getattr(param.check, "bounds", (None, None)):
             if bound is not None and (why := play(name, **{key: bound})) is not None:
                 failures.append(f"{key}={bound!r}: {why}")
     assert not failures, "\n".join(failures)

@@ -40,6 +40,7 @@ __all__ = [
     "check_all",
     "configure",
     "COMMON",
+    "BLACK_DEATH_V0",
 ]
 
 Check = Callable[[Any], str | None]  # the value -> None if fine, else what is expected
@@ -194,8 +195,11 @@ def int_tuple(minimum: int = 1, maximum: int | None = None, max_len: int | None 
 
 
 def optional(check: Check) -> Check:
-    """``None`` or what ``check`` accepts."""
-    return _named(f"None or {check.expects}", lambda v: v is None or check(v) is None)
+    """``None`` or what ``check`` accepts (with its ``bounds``, if it has them)."""
+    wrapped = _named(f"None or {check.expects}", lambda v: v is None or check(v) is None)
+    if hasattr(check, "bounds"):
+        wrapped.bounds = check.bounds
+    return wrapped
 
 
 def _plural(check: Check) -> str:
@@ -276,6 +280,11 @@ COMMON.update({
                          "mask, until the episode ends (False: each leaves agents when it "
                          "terminates, PettingZoo's native way)"),
 })
+
+
+# black_death as every v0 scenario was released with it (it is part of the config their score
+# entries hash). Where no agent of a scenario leaves it changes nothing.
+BLACK_DEATH_V0 = COMMON["black_death"].with_default(False)
 
 
 def _max_cycles_alias(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:

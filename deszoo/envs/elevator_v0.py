@@ -8,7 +8,7 @@ passenger-minutes and ``ride_weight`` (0.5) per minute of its own riders. See
 import numpy as np
 
 from deszoo.core.aec import aec_constructors
-from deszoo.core.params import COMMON
+from deszoo.core.params import BLACK_DEATH_V0
 from deszoo.envs.elevator.env import MINUTE, ElevatorEnv, heuristic
 
 
@@ -16,11 +16,9 @@ class ElevatorEnvV0(ElevatorEnv):
     """Elevator bank, version 0: a car's own riders weigh on its reward alone."""
 
     metadata = {**ElevatorEnv.metadata, "name": "elevator_v0"}
-    # v0's defaults (both are part of the config the score entries hash; no car leaves, so
-    # black_death changes nothing here)
     params = {**ElevatorEnv.params,
               "ride_weight": ElevatorEnv.params["ride_weight"].with_default(0.5),
-              "black_death": COMMON["black_death"].with_default(False)}
+              "black_death": BLACK_DEATH_V0}
 
     def _flush(self, until: float) -> None:
         wait, ride = self.model.take_areas(until)

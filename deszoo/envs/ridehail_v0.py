@@ -6,7 +6,7 @@ is terminated alone and leaves ``env.agents``, PettingZoo's native way. See
 """
 
 from deszoo.core.aec import aec_constructors
-from deszoo.core.params import COMMON
+from deszoo.core.params import BLACK_DEATH_V0
 from deszoo.envs.ridehail.env import RideHailEnv, heuristic
 
 
@@ -14,7 +14,7 @@ class RideHailEnvV0(RideHailEnv):
     """Ride-hailing drivers with shifts, version 0: drivers who log off leave ``agents``."""
 
     metadata = {**RideHailEnv.metadata, "name": "ridehail_v0"}
-    params = {**RideHailEnv.params, "black_death": COMMON["black_death"].with_default(False)}
+    params = {**RideHailEnv.params, "black_death": BLACK_DEATH_V0}
 
 
 parallel_env = RideHailEnvV0

@@ -6,7 +6,7 @@ The same model as ``traffic_v1`` with agents named ``signal_{row}_{col}``. See
 """
 
 from deszoo.core.aec import aec_constructors
-from deszoo.core.params import COMMON
+from deszoo.core.params import BLACK_DEATH_V0
 from deszoo.envs.traffic.env import TrafficEnv, heuristic
 
 
@@ -14,8 +14,7 @@ class TrafficEnvV0(TrafficEnv):
     """Signalised grid, version 0: agents named ``signal_{row}_{col}``."""
 
     metadata = {**TrafficEnv.metadata, "name": "traffic_v0"}
-    # the value v0 was released with (no signal leaves; it is part of the scores' config)
-    params = {**TrafficEnv.params, "black_death": COMMON["black_death"].with_default(False)}
+    params = {**TrafficEnv.params, "black_death": BLACK_DEATH_V0}
 
     def _agent_names(self) -> list[str]:
         return [f"signal_{r}_{q}" for r in range(self.p.rows) for q in range(self.p.cols)]

@@ -8,7 +8,7 @@ no-op waits with an empty batch and starts the tour with a partial one; ``k`` ad
 import numpy as np
 
 from deszoo.core.aec import aec_constructors
-from deszoo.core.params import COMMON
+from deszoo.core.params import BLACK_DEATH_V0
 from deszoo.envs.warehouse.env import WarehouseEnv, pick
 
 
@@ -16,8 +16,7 @@ class WarehouseEnvV0(WarehouseEnv):
     """Robotic order picking, version 0: one no-op for "wait" and "start the tour"."""
 
     metadata = {**WarehouseEnv.metadata, "name": "warehouse_v0"}
-    # the value v0 was released with (no robot leaves; it is part of the scores' config)
-    params = {**WarehouseEnv.params, "black_death": COMMON["black_death"].with_default(False)}
+    params = {**WarehouseEnv.params, "black_death": BLACK_DEATH_V0}
     GO = 0
 
 

@@ -47,7 +47,7 @@ from gymnasium import spaces
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
 from deszoo.core.groups import discrete
-from deszoo.core.params import COMMON, Param, choice, integer, pair, real
+from deszoo.core.params import BLACK_DEATH_V0, COMMON, Param, choice, integer, pair, real
 from deszoo.envs.jobshop.model import JobShopModel, Operation
 
 __all__ = ["JobShopEnv", "heuristic"]
@@ -82,9 +82,7 @@ class JobShopEnv(SimPyParallelEnv):
                              "queue positions a machine sees and can pick from"),
         "reward": Param("flowtime", choice("flowtime", "tardiness"), "the reward (see above)"),
         "max_steps": COMMON["max_steps"].with_default(1000),
-        # No agent of this scenario leaves, so black_death changes nothing here; v0 keeps
-        # the value it was released with (it is part of the config the scores hash).
-        "black_death": COMMON["black_death"].with_default(False),
+        "black_death": BLACK_DEATH_V0,
     }
     presets = {
         "small": {"n_machines": 3, "n_jobs": 30},

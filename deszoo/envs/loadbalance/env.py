@@ -60,7 +60,7 @@ from gymnasium import spaces
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
 from deszoo.core.groups import discrete
-from deszoo.core.params import COMMON, Param, fraction, integer, pair, real
+from deszoo.core.params import BLACK_DEATH_V0, Param, fraction, integer, pair, real
 from deszoo.envs.loadbalance.model import LoadBalanceModel
 
 __all__ = ["LoadBalanceEnv", "heuristic"]
@@ -96,9 +96,7 @@ class LoadBalanceEnv(SimPyParallelEnv):
         "loss_penalty": Param(2.0, real(0, 1e6), "reward penalty per blocked or abandoned request"),
         "horizon": Param(60.0, real(0, 1e6, open_min=True),
                          "simulated time during which requests arrive"),
-        # No agent of this scenario leaves, so black_death changes nothing here; v0 keeps
-        # the value it was released with (it is part of the config the scores hash).
-        "black_death": COMMON["black_death"].with_default(False),
+        "black_death": BLACK_DEATH_V0,
     }
     presets = {
         "small": {

@@ -77,7 +77,17 @@ from gymnasium import spaces
 
 from deszoo.core import NOOP, SimPyParallelEnv
 from deszoo.core.groups import Group, discrete
-from deszoo.core.params import COMMON, Param, choice, flag, fraction, int_tuple, integer, real
+from deszoo.core.params import (
+    BLACK_DEATH_V0,
+    COMMON,
+    Param,
+    choice,
+    flag,
+    fraction,
+    int_tuple,
+    integer,
+    real,
+)
 from deszoo.envs.supplychain.model import SupplyChainModel
 from deszoo.errors import ConfigError
 
@@ -126,9 +136,7 @@ class SupplyChainEnv(SimPyParallelEnv):
                             "node's mean demand) instead of Discrete(order_levels)"),
         "reward": Param("local", choice("local", "team"), "the reward (see above)"),
         "max_steps": COMMON["max_steps"].with_default(100),
-        # No agent of this scenario leaves, so black_death changes nothing here; v0 keeps
-        # the value it was released with (it is part of the config the scores hash).
-        "black_death": COMMON["black_death"].with_default(False),
+        "black_death": BLACK_DEATH_V0,
     }
     presets = {
         "small": {"widths": (1, 1, 1, 1), "demand_rate": 4.0},
