@@ -241,29 +241,32 @@ class Config(Mapping):
     read-only mapping (``config["n_machines"]``). The model gets this one object; it is a
     view of the env's values (the episode limits may be changed with ``set_attr``)."""
 
-    def __init__(self, values: Mapping[str, Any]):
-        object.__setattr__(self, "_values", values)
+    def __init__(self, values: dict[str, Any]):
+        # The values dict is the instance's own attribute dict, so ``config.n_machines`` is a
+        # plain attribute read (models read parameters on their hot paths) and changes to
+        # the env's values show here.
+        object.__setattr__(self, "__dict__", values)
 
-    def __getattr__(self, key: str) -> Any:
-        try:
-            return self._values[key]
-        except KeyError:
-            raise AttributeError(f"no parameter {key!r}") from None
+    def __getattr__(self, key: str) -> Any:  # only reached for a name that is not a value
+        raise AttributeError(f"no parameter {key!r}")
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError("parameters are read-only; build a new env to change them")
 
     def __getitem__(self, key: str) -> Any:
-        return self._values[key]
+        return self.__dict__[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
+        return iter(self.__dict__)
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len(self.__dict__)
 
     def __repr__(self) -> str:
-        return f"Config({self._values!r})"
+        return f"Config({self.__dict__!r})"
+
+    def __reduce__(self):  # a copy or pickle stays a view of the (copied) env's values
+        return Config, (self.__dict__,)
 
 
 COMMON.update({

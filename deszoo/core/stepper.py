@@ -129,7 +129,7 @@ class Stepper:
         def clock():
             sim = self.sim
             while True:
-                who = np.flatnonzero(self.live) if agents is None else agents()
+                who = self.live.nonzero()[0].tolist() if agents is None else agents()
                 round_ = []
                 for i in who:
                     i = int(i)

@@ -73,7 +73,7 @@ from gymnasium import spaces
 from deszoo.core import NOOP, SimPyParallelEnv
 from deszoo.core.groups import discrete
 from deszoo.core.params import COMMON, Param, integer, real, shares
-from deszoo.envs.elevator.model import DOWN, UP, ElevatorModel
+from deszoo.envs.elevator.model import ElevatorModel
 
 __all__ = ["ElevatorEnv", "heuristic"]
 
@@ -175,44 +175,38 @@ class ElevatorEnv(SimPyParallelEnv):
         model, p = self.model, self.p
         cars = model.cars
         n, n_f = len(cars), p.n_floors
-        now = self.sim.now
-        pos = np.array([car.floor for car in cars])
-        target = np.array([car.target if car.moving else car.floor for car in cars])
-        direction = np.array([car.direction for car in cars])
-        load = np.array([car.load for car in cars], dtype=np.float64)
-        moving = np.array([car.moving for car in cars])
-        obs[:, 0] = pos / (n_f - 1)
-        obs[:, 1] = moving
-        obs[:, 2] = direction > 0
-        obs[:, 3] = direction < 0
-        obs[:, 4] = load / p.capacity
-        obs[:, 5] = [car.parked for car in cars]
-        obs[:, 6] = self.needs_buf
-        obs[:, 7] = min(1.0, now / p.horizon)
-        # building: hall queues (same for every car)
-        counts = np.array(model.hall_count, dtype=np.float64)  # (n_f, 2)
-        oldest = np.zeros((n_f, 2))
-        for f, (up, down) in enumerate(model.hall):
-            if up:
-                oldest[f, UP] = now - up[0].arrived
-            if down:
-                oldest[f, DOWN] = now - down[0].arrived
+        now, top, capacity = self.sim.now, n_f - 1, p.capacity
+        clock = min(1.0, now / p.horizon)
+        # A few cars: the per-car features as plain Python rows, written in one call.
+        obs[:, :GLOBAL] = [
+            (car.floor / top, car.moving, car.direction > 0, car.direction < 0,
+             car.load / capacity, car.parked, deciding, clock)
+            for car, deciding in zip(cars, self.needs_buf.tolist(), strict=True)
+        ]
+        # building: hall queues (the same for every car)
+        hall = []
+        for (n_up, n_down), (up, down) in zip(model.hall_count, model.hall, strict=True):
+            old_up = now - up[0].arrived if up else 0.0
+            old_down = now - down[0].arrived if down else 0.0
+            hall.append((n_up / (n_up + K_COUNT), n_down / (n_down + K_COUNT),
+                         old_up / (old_up + K_WAIT), old_down / (old_down + K_WAIT)))
         floor_block = obs[:, GLOBAL:].reshape(n, n_f, FLOOR)  # a view: rows are contiguous
-        floor_block[:, :, 0:2] = counts / (counts + K_COUNT)
-        floor_block[:, :, 2:4] = oldest / (oldest + K_WAIT)
+        floor_block[:, :, 0:4] = hall
         calls = self._calls  # (n, n_f); only cars with riders have nonzero rows
         calls[:] = 0.0
         for i, car in enumerate(cars):
             if car.load:
                 calls[i] = car.calls
         floor_block[:, :, 4] = calls / (calls + K_COUNT)
+        pos = np.array([car.floor for car in cars])
         # other cars whose next stop is the floor
-        heading = target[:, None] == self._floors[None, :]  # (n, n_f)
-        floor_block[:, :, 5] = (heading.sum(axis=0)[None, :] - heading) * self._others
+        heading = np.array([car.target if car.moving else car.floor for car in cars])[:, None] \
+            == self._floors  # (n, n_f)
+        floor_block[:, :, 5] = (heading.sum(axis=0) - heading) * self._others
         # free cars nearer to the floor than this car (ties to the lower index)
-        free = (load == 0) & ~moving
+        free = [i for i, car in enumerate(cars) if not car.load and not car.moving]
         # distance ranks with ties broken by index: key = distance * n + index
-        key = np.abs(pos[:, None] - self._floors[None, :]) * n + self._index_c[:, None]
+        key = np.abs(pos[:, None] - self._floors) * n + self._index_c[:, None]
         nearer = key[free][None, :, :] < key[:, None, :]  # [car, free car, floor]
         floor_block[:, :, 6] = nearer.sum(axis=1) * self._others
 

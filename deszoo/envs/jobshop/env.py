@@ -141,27 +141,30 @@ class JobShopEnv(SimPyParallelEnv):
         model, now, pmax = self.model, self.sim.now, self._pmax
         k = self.p.queue_slots
         n = model.n_machines
-        wip = sum(len(q) for q in model.queues) + sum(r is not None for r in model.running)
-        obs[:, 0] = [r is not None for r in model.running]
-        obs[:, 1] = np.minimum(1.0, np.maximum(0.0, np.asarray(model.busy_until) - now) / pmax)
-        obs[:, 2] = np.minimum(1.0, np.array([len(q) for q in model.queues]) / k)
-        obs[:, 3] = min(1.0, wip / (k * n))
+        queues = model.queues
+        wip = sum(map(len, queues)) + sum(r is not None for r in model.running)
+        shop = min(1.0, wip / (k * n))
+        # A few machines and slots: plain Python floats, written a row at a time (numpy's
+        # per-call cost on arrays this small is more than the arithmetic).
+        obs[:, :GLOBAL] = [
+            (run is not None, min(1.0, max(0.0, busy - now) / pmax), min(1.0, len(q) / k), shop)
+            for run, busy, q in zip(model.running, model.busy_until, queues, strict=True)
+        ]
         obs[:, GLOBAL:] = 0.0
         scale = 4 * pmax
         max_ops = model.max_ops
-        for i in np.flatnonzero(self.needs_buf):  # masks match the queues observed
-            self.mask_buf[i] = self._slots_mask(len(model.queues[i]))
-        for i, queue in enumerate(model.queues):
-            out = obs[i]
-            for s, op in enumerate(queue[:k]):
+        mask = self.mask_buf
+        for i in self.needs_buf.nonzero()[0].tolist():  # masks match the queues observed
+            mask[i] = 0
+            mask[i, 1 : 1 + min(len(queues[i]), k)] = 1
+        for i, queue in enumerate(queues):
+            row = []
+            for op in queue[:k]:
                 job = op.job
-                base = GLOBAL + SLOT * s
-                out[base] = 1.0
-                out[base + 1] = op.times[i] / pmax
-                out[base + 2] = min(1.0, (now - op.ready) / scale)
-                out[base + 3] = min(1.0, max(-1.0, (job.due - now - job.work_left) / scale))
-                out[base + 4] = job.weight / 4.0
-                out[base + 5] = (len(job.ops) - op.index) / max_ops
+                row += (1.0, op.times[i] / pmax, min(1.0, (now - op.ready) / scale),
+                        min(1.0, max(-1.0, (job.due - now - job.work_left) / scale)),
+                        job.weight / 4.0, (len(job.ops) - op.index) / max_ops)
+            obs[i, GLOBAL : GLOBAL + len(row)] = row
 
     def _state_all(self, out: np.ndarray) -> None:
         model, now, pmax = self.model, self.sim.now, self._pmax

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import simpy
 
+WEIGHTS = (1.0, 2.0, 4.0)  # a job's weight is one of these, uniformly
+
 
 @dataclass(eq=False)  # identity: the model finds the operation it is handed in its queue
 class Job:
@@ -82,14 +84,18 @@ class JobShopModel:
 
     def _new_job(self, jid: int) -> Job:
         rng, lo, hi = self.rng, *self.ptime_range
+        n, flexibility = self.n_machines, self.p.flexibility
         ops = []
         for _ in range(int(rng.integers(1, self.max_ops + 1))):
-            eligible = rng.random(self.n_machines) < self.p.flexibility
-            eligible[rng.integers(self.n_machines)] = True
-            ops.append({int(k): float(rng.uniform(lo, hi)) for k in np.flatnonzero(eligible)})
+            draws = rng.random(n).tolist()
+            always = int(rng.integers(n))  # one random machine is always eligible
+            machines = [k for k in range(n) if draws[k] < flexibility or k == always]
+            # one draw per eligible machine, in one call (the same numbers as one call each)
+            times = rng.uniform(lo, hi, len(machines)).tolist()
+            ops.append(dict(zip(machines, times, strict=True)))
         now = self.sim.now
         work = sum(sum(op.values()) / len(op) for op in ops)
-        weight = float(rng.choice([1.0, 2.0, 4.0]))
+        weight = WEIGHTS[rng.integers(len(WEIGHTS))]  # as rng.choice(WEIGHTS), without its cost
         return Job(jid, weight, now, now + self.p.due_tightness * work, ops, work)
 
     def _arrivals(self):

@@ -184,7 +184,7 @@ class LoadBalanceEnv(SimPyParallelEnv):
         obs[:, :g] = 0.0
         obs[:, 1] = min(1.0, self.sim.now / p.horizon)
         obs[:, g:] = vals
-        for i in np.flatnonzero(self.needs_buf):  # the request each deciding dispatcher routes
+        for i in self.needs_buf.nonzero()[0].tolist():  # each deciding dispatcher's request
             kind = self._kind[i]
             row = obs[i]
             row[0] = 1.0

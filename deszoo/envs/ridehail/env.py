@@ -254,7 +254,7 @@ class RideHailEnv(SimPyParallelEnv):
         zones.reshape(n, Z, ZONE)[:, :, 3] = self._travel_n[zone]
         # Request slots of the deciding drivers (vectorized over them); their masks are
         # refreshed to match what they observe.
-        pending = np.flatnonzero(self.needs_buf)
+        pending = self.needs_buf.nonzero()[0]
         if not len(pending):
             return
         P = len(pending)
@@ -271,7 +271,7 @@ class RideHailEnv(SimPyParallelEnv):
             # Nearest pickup first, older request first on a tie: requests are open in the
             # order they were made, so a stable sort by distance is that order.
             order = np.argsort(dist, axis=1, kind="stable")[:, :K]
-            valid = np.isfinite(np.take_along_axis(dist, order, axis=1))  # a prefix per row
+            valid = np.isfinite(np.sort(dist, axis=1)[:, :K])  # a prefix per row
             k = order.shape[1]
             dest = np.fromiter(map(_DEST, open_reqs), dtype=np.int64, count=R)[order]
             trip = np.fromiter(map(_TRIP, open_reqs), dtype=np.float64, count=R)
