@@ -14,6 +14,14 @@ are bit-identical across trees (``tests/test_golden.py``), so every tree does th
 Figures are CPU microseconds per step (``time.process_time``), the best of ``--repeats``
 replays within a run and of ``--rounds`` runs per tree. With two trees the table adds the
 speed-up of the last over the first, and the geometric mean of each preset's speed-ups.
+
+``--instructions`` counts instead of timing: machine instructions per step under valgrind's
+callgrind (the first ``--ir-steps`` steps of the plan replayed, minus a replay of none, in
+fresh interpreters with ``PYTHONHASHSEED=0``). The count does not depend on the machine's
+load, so it settles small differences that CPU time on a shared machine cannot; it does not
+see cache misses. Needs ``valgrind``; about a minute per scenario-preset and tree::
+
+    python benchmarks/step_cost.py --instructions --presets default --rev 6a88602 --rev . --rounds 1
 """
 
 from __future__ import annotations
@@ -21,7 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import pickle
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -102,10 +114,40 @@ def measure(cases: list[tuple[str, str]], repeats: int, seed: int) -> dict[str, 
     return out
 
 
-def table(results: dict[str, dict[str, float]]) -> str:
+def instructions(cases: list[tuple[str, str]], steps: int, seed: int) -> dict[str, float]:
+    """Instructions per step (``arrays`` and ``dict``) under callgrind; see the docstring."""
+    out = {}
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    with tempfile.TemporaryDirectory(prefix="deszoo-ir-") as tmp:
+        for name, preset in cases:
+            plan = record(name, preset, STEPS[preset], seed)[:steps]
+            saved = Path(tmp) / "plan.pkl"
+            saved.write_bytes(pickle.dumps((name, preset, seed, plan)))
+            for api in ("arrays", "dict"):
+                counts = []
+                for k in (0, len(plan)):
+                    log = Path(tmp) / f"cg.{k}"
+                    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={log}",
+                                    sys.executable, __file__, "--replay", str(saved),
+                                    "--api", api, "--count", str(k)],
+                                   env=env, check=True, capture_output=True)
+                    line = next(x for x in log.read_text().splitlines()
+                                if x.startswith("summary:"))
+                    counts.append(int(line.split()[1]))
+                out[f"{name}/{preset}/{api}"] = (counts[1] - counts[0]) / len(plan)
+    return out
+
+
+def _replay_saved(path: Path, api: str, count: int) -> None:
+    name, preset, seed, plan = pickle.loads(path.read_bytes())
+    replay(name, preset, seed, plan[:count], api)
+
+
+def table(results: dict[str, dict[str, float]], unit: str = "us") -> str:
     revs = list(results)
     keys = list(results[revs[0]])
-    head = "| scenario/preset | api | " + " | ".join(f"{r} us" for r in revs)
+    fmt = "{:,.0f}" if unit == "instructions" else "{:.1f}"
+    head = "| scenario/preset | api | " + " | ".join(f"{r} {unit}" for r in revs)
     rule = "|---|---|" + "---:|" * len(revs)
     if len(revs) > 1:
         head += f" | {revs[-1]} vs {revs[0]}"
@@ -114,7 +156,7 @@ def table(results: dict[str, dict[str, float]]) -> str:
     gains: dict[tuple[str, str], list[float]] = {}
     for key in keys:
         case, api = key.rsplit("/", 1)
-        row = f"| {case} | {api} | " + " | ".join(f"{results[r][key]:.1f}" for r in revs)
+        row = f"| {case} | {api} | " + " | ".join(fmt.format(results[r][key]) for r in revs)
         if len(revs) > 1:
             gain = results[revs[0]][key] / results[revs[-1]][key]
             gains.setdefault((case.split("/")[1], api), []).append(gain)
@@ -138,22 +180,38 @@ def main(argv: list[str] | None = None) -> None:
                              "compare, alternating; default: this tree in this process")
     parser.add_argument("--rounds", type=int, default=3, help="with --rev: runs per tree")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions per step under callgrind instead of timing")
+    parser.add_argument("--ir-steps", type=int, default=300,
+                        help="with --instructions: steps replayed (default 300)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--replay", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--api", default="arrays", help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.replay:
+        _replay_saved(args.replay, args.api, args.count)
+        return
     cases = [(s, p) for s in args.scenarios.split(",") for p in args.presets.split(",")]
     if args.one:
-        print(json.dumps(measure(cases, args.repeats, args.seed)))
+        if args.instructions:
+            print(json.dumps(instructions(cases, args.ir_steps, args.seed)))
+        else:
+            print(json.dumps(measure(cases, args.repeats, args.seed)))
         return
     if args.rev:
         from revisions import run_revisions
 
         passed = ["--scenarios", args.scenarios, "--presets", args.presets,
-                  "--repeats", str(args.repeats), "--seed", str(args.seed)]
+                  "--repeats", str(args.repeats), "--seed", str(args.seed),
+                  "--ir-steps", str(args.ir_steps)] + ["--instructions"] * args.instructions
         results = run_revisions(Path(__file__), args.rev, args.rounds, passed,
                                 progress=lambda s: print(s, file=sys.stderr))
+    elif args.instructions:
+        results = {"this tree": instructions(cases, args.ir_steps, args.seed)}
     else:
         results = {"this tree": measure(cases, args.repeats, args.seed)}
-    print(table(results))
+    print(table(results, "instructions" if args.instructions else "us"))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
 

@@ -257,7 +257,7 @@ class WarehouseEnv(SimPyParallelEnv):
             slots[:m, 1] = rows[:, 4]
             slots[:m, 2] = [min(1.0, (now - o.arrival) / AGE_REF) for o in snap]
             slots[:m, 5] = rows[:, 5]
-            slots[:m, 6] = [min(1.0, sum(load[a] for a in o.aisles) / n) for o in snap]
+            slots[:m, 6] = [min(1.0, sum(map(load.__getitem__, o.aisles)) / n) for o in snap]
         obs[:] = common
         # Each robot's own state, and each order's tour time from where the robot is.
         x = np.array(model.x)

@@ -247,7 +247,9 @@ class WarehouseModel:
         lines, count = sum(o.lines for o in batch), len(batch)
         base = self._tour_time(aisles, lines, count, x0)
         return [
-            self._tour_time(aisles.union(o.aisles), lines + o.lines, count + 1, x0) - base
+            # (an order within the batch's aisles adds no travel: no new set to hash)
+            self._tour_time(aisles if aisles.issuperset(o.aisles) else aisles.union(o.aisles),
+                            lines + o.lines, count + 1, x0) - base
             for o in orders
         ]
 
