@@ -1,0 +1,42 @@
+"""The step-cost scripts of benchmarks/ run and report what their tables say (seconds)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import bridge  # noqa: E402
+import step_cost  # noqa: E402
+
+
+def test_bridge_reports_the_dict_floor_beside_both_apis():
+    results = bridge.measure(steps=50, repeats=1)
+    for n in bridge.AGENTS:
+        for what in ("raw", "arrays", "dict", "floor"):
+            assert results[f"{what}_{n}"] > 0.0
+    text = bridge.table({"t": results})
+    assert "lowest dict / arrays" in text and text.count("| t |") == len(bridge.AGENTS)
+    # a tree whose copy of bridge.py had no floor column still prints
+    old = {k: v for k, v in results.items() if not k.startswith("floor")}
+    assert "| - |" in bridge.table({"old": old})
+
+
+def test_step_cost_table_in_instructions():
+    results = {"a": {"x_v0/small/arrays": 2000.0}, "b": {"x_v0/small/arrays": 1000.0}}
+    text = step_cost.table(results, "instructions")
+    assert "a instructions" in text and "2,000" in text and "2.00x" in text
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None or not os.environ.get("DESZOO_VALGRIND"),
+                    reason="needs valgrind and DESZOO_VALGRIND=1 (minutes: four interpreters "
+                           "under callgrind)")
+def test_step_cost_counts_instructions_per_step():
+    out = step_cost.instructions([("loadbalance_v0", "small")], steps=5, seed=0)
+    assert set(out) == {"loadbalance_v0/small/arrays", "loadbalance_v0/small/dict"}
+    assert 1_000 < out["loadbalance_v0/small/arrays"] < out["loadbalance_v0/small/dict"]
