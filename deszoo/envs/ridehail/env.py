@@ -107,6 +107,14 @@ ZONE = 4
 SLOT = 6
 DRIVER = 8  # state features per driver
 LOOKAHEAD = 600.0  # seconds: horizon of the expected-demand features
+# Per driver state (a row each): observation columns 0-3, [on shift, idle, driving a rider,
+# repositioning]; and which of columns 5-6 apply, [shift time left, time until it starts].
+_FLAGS = np.zeros((5, 4), dtype=np.float32)
+_FLAGS[[IDLE, BUSY, MOVING], 0] = 1.0
+_FLAGS[IDLE, 1] = _FLAGS[BUSY, 2] = _FLAGS[MOVING, 3] = 1.0
+_SHIFT_GATE = np.zeros((5, 2), dtype=bool)
+_SHIFT_GATE[[IDLE, BUSY, MOVING], 0] = True
+_SHIFT_GATE[OFF, 1] = True
 _ORIGIN, _DEST, _TIME, _TRIP, _FARE = map(
     attrgetter, ("origin", "dest", "time", "trip_time", "fare")
 )
@@ -178,8 +186,9 @@ class RideHailEnv(SimPyParallelEnv):
             on_logoff=self.remove_agent, on_all_gone=self.end_episode,
         )
         self.model.start()
-        # Features that depend on the configuration only: computed once.
+        # Features that depend on the configuration (and the episode's shifts) only.
         model = self.model
+        self._shifts = np.stack([model.shift_end, model.shift_start], axis=1)
         self._travel_n = np.minimum(1.0, model.travel / self._time_ref).astype(np.float32)
         self._shared = np.zeros((self._n_zones, ZONE), dtype=np.float32)
         self._xy_n = np.stack([model.zone_xy[:, 0] / max(1, model.zx - 1),
@@ -227,17 +236,12 @@ class RideHailEnv(SimPyParallelEnv):
         obs[:, self._slot0 :] = 0.0
         state = np.fromiter(model.state, dtype=np.int64, count=n)
         zone = np.fromiter(model.zone, dtype=np.int64, count=n)
-        idle, busy, moving = state == IDLE, state == BUSY, state == MOVING
-        on = idle | busy | moving
-        obs[:, 0] = on
-        obs[:, 1] = idle
-        obs[:, 2] = busy
-        obs[:, 3] = moving
+        idle = state == IDLE
+        obs[:, 0:4] = _FLAGS[state]
         obs[:, 4] = min(1.0, now / horizon)
-        left = np.minimum(np.maximum((model.shift_end - now) / horizon, 0.0), 1.0)
-        obs[:, 5] = np.where(on, left, 0.0)
-        wait = np.minimum(np.maximum((model.shift_start - now) / horizon, 0.0), 1.0)
-        obs[:, 6] = np.where(state == OFF, wait, 0.0)
+        # shift time left (on shift) and time until the shift starts (before it), / horizon
+        times = np.minimum(np.maximum((self._shifts - now) / horizon, 0.0), 1.0)
+        obs[:, 5:7] = np.where(_SHIFT_GATE[state], times, 0.0)
         obs[:, 7:9] = self._xy_n[zone]
         open_reqs = list(model.open.values())
         origins = np.fromiter(map(_ORIGIN, open_reqs), dtype=np.int64, count=len(open_reqs))
