@@ -142,7 +142,6 @@ class ElevatorEnv(SimPyParallelEnv):
         self._floors = np.arange(n_f)
         self._index_c = np.arange(n)
         self._others = 1.0 / max(1, n - 1)
-        self._calls = np.zeros((n, n_f))
         self.model.start()
 
     # ---- model callbacks ------------------------------------------------------------
@@ -192,11 +191,7 @@ class ElevatorEnv(SimPyParallelEnv):
                          old_up / (old_up + K_WAIT), old_down / (old_down + K_WAIT)))
         floor_block = obs[:, GLOBAL:].reshape(n, n_f, FLOOR)  # a view: rows are contiguous
         floor_block[:, :, 0:4] = hall
-        calls = self._calls  # (n, n_f); only cars with riders have nonzero rows
-        calls[:] = 0.0
-        for i, car in enumerate(cars):
-            if car.load:
-                calls[i] = car.calls
+        calls = np.array([car.calls for car in cars], dtype=np.float64)  # riders per stop
         floor_block[:, :, 4] = calls / (calls + K_COUNT)
         pos = np.array([car.floor for car in cars])
         # other cars whose next stop is the floor
