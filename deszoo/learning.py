@@ -12,7 +12,9 @@ Two problems of event-driven environments that the standard tools do not handle:
   seconds is discounted by ``gamma ** (dt / time_scale)``; a decision that takes no
   simulated time is not discounted.
 * **Actions that name an entity.** In several scenarios action ``k >= 1`` names entity
-  ``k - 1`` (a floor, an open order) whose features are block ``k - 1`` of the observation.
+  ``k - 1`` (a floor, an open order) whose features are block ``k - 1`` of the observation
+  (or, with ``n_noops`` actions outside the entities, action ``k >= n_noops`` names entity
+  ``k - n_noops``: warehouse_v1's wait and go come before its order slots).
   An MLP must learn the same rule once per block, and rarely seen blocks stay untrained
   (an elevator car that never serves the top floors). :class:`EntityPolicy` scores every
   block with one shared network.
@@ -105,7 +107,7 @@ class EntityNet(nn.Module):
     """The actor and critic of :class:`EntityPolicy`; see there."""
 
     def __init__(self, obs_dim: int, n_global: int, n_entities: int, hidden: int = 64,
-                 home: int | None = None):
+                 home: int | None = None, n_noops: int = 1):
         super().__init__()
         G, E = n_global, n_entities
         D = (obs_dim - G) // E if E > 0 else 0
@@ -114,16 +116,18 @@ class EntityNet(nn.Module):
                               f"{G} global features and {E} equal blocks")
         if home is not None and not 0 <= home < G:
             raise ConfigError(f"EntityPolicy: home={home} is not a global feature (0..{G - 1})")
-        self.G, self.E, self.D, self.home = G, E, D, home
+        if n_noops < 1:
+            raise ConfigError(f"EntityPolicy: n_noops={n_noops}, at least 1")
+        self.G, self.E, self.D, self.home, self.K = G, E, D, home, n_noops
         H = hidden
         self.glob = nn.Sequential(nn.Linear(G + (D if home is not None else 0), H), nn.Tanh())
         self.ent = nn.Sequential(nn.Linear(D + 1, H), nn.Tanh())
         self.pair = nn.Sequential(nn.Linear(2 * H, H), nn.Tanh())
         self.score = nn.Linear(H, 1)
-        self.noop = nn.Sequential(nn.Linear(2 * H, H), nn.Tanh(), nn.Linear(H, 1))
+        self.noop = nn.Sequential(nn.Linear(2 * H, H), nn.Tanh(), nn.Linear(H, n_noops))
         self.critic = nn.Sequential(nn.Linear(obs_dim, H), nn.Tanh(), nn.Linear(H, H), nn.Tanh())
         self.register_buffer("pos", th.linspace(0.0, 1.0, E).view(1, E, 1))
-        self.latent_dim_pi, self.latent_dim_vf = E + 1, H
+        self.latent_dim_pi, self.latent_dim_vf = E + n_noops, H
 
     def global_input(self, features: th.Tensor) -> th.Tensor:
         """The global features, and with ``home`` the block of the entity the agent is at."""
@@ -153,27 +157,39 @@ class EntityNet(nn.Module):
 
 class EntityPolicy(MaskableActorCriticPolicy):
     """A masked actor-critic for observations ``[n_global features, n_entities blocks]``
-    where action ``k >= 1`` names entity ``k - 1``.
+    where action ``k >= 1`` names entity ``k - 1``; with ``entity=(n_global, n_entities,
+    n_noops)``, actions ``0 .. n_noops - 1`` name no entity and ``k >= n_noops`` names entity
+    ``k - n_noops``.
 
     Logit ``k`` is one shared network applied to (the global features, block ``k - 1`` and
-    its index scaled to [0, 1]); the no-op's logit comes from the global features and the
+    its index scaled to [0, 1]); the no-op's logit (the logits of the ``n_noops`` actions
+    outside the entities: one head of that width) comes from the global features and the
     mean of the blocks' embeddings. With ``home=i``, global feature ``i`` times
     ``n_entities - 1`` is the index of the entity the agent is at (an elevator car's floor),
     whose block joins the global features. The critic is a plain two-layer MLP.
 
-    ``policy_kwargs={"entity": (n_global, n_entities), "hidden": 64, "home": None}``.
+    ``policy_kwargs={"entity": (n_global, n_entities), "hidden": 64, "home": None}``
+    (``(n_global, n_entities, n_noops)`` for more than one action outside the entities;
+    ``(G, E)`` is ``(G, E, 1)``, the same network).
     """
 
     def __init__(self, *args: Any, entity: tuple[int, int] = (0, 1), hidden: int = 64,
                  home: int | None = None, **kwargs: Any):
         self.entity, self.hidden, self.home = tuple(entity), int(hidden), home
+        if len(self.entity) not in (2, 3):
+            raise ConfigError(f"EntityPolicy: entity={entity} is not (n_global, n_entities) "
+                              "or (n_global, n_entities, n_noops)")
         super().__init__(*args, **kwargs)
-        if self.action_space.n != self.entity[1] + 1:
-            raise ConfigError(f"EntityPolicy: {self.action_space.n} actions, expected the no-op "
-                              f"and one per entity ({self.entity[1] + 1})")
+        noops = self.entity[2] if len(self.entity) == 3 else 1
+        if self.action_space.n != self.entity[1] + noops:
+            raise ConfigError(f"EntityPolicy: {self.action_space.n} actions, expected {noops} "
+                              f"outside the entities and one per entity "
+                              f"({self.entity[1] + noops})")
 
     def _build_mlp_extractor(self) -> None:
-        self.mlp_extractor = EntityNet(self.features_dim, *self.entity, self.hidden, self.home)
+        G, E = self.entity[:2]
+        noops = self.entity[2] if len(self.entity) == 3 else 1
+        self.mlp_extractor = EntityNet(self.features_dim, G, E, self.hidden, self.home, noops)
 
     def _build(self, lr_schedule) -> None:
         super()._build(lr_schedule)

@@ -183,8 +183,55 @@ def test_entity_policy_rejects_a_wrong_layout(entity, home, match):
 def test_entity_layouts_match_the_scenarios():
     """The layouts train_baselines uses: warehouse (order slots), elevator (floors)."""
     for name, preset, entity in [("warehouse_v0", "default", (19, 8)),
+                                 ("warehouse_v1", "default", (19, 8, 2)),
                                  ("elevator_v0", "default", (8, 12))]:
         env = deszoo.make(name, preset=preset)
         dim = env.observation_space(env.possible_agents[0]).shape[0]
         assert entity[0] + entity[1] * 7 == dim
-        assert env.action_space(env.possible_agents[0]).n == entity[1] + 1
+        noops = entity[2] if len(entity) == 3 else 1
+        assert env.action_space(env.possible_agents[0]).n == entity[1] + noops
+
+
+def test_entity_policy_with_two_actions_outside_the_entities():
+    """warehouse_v1: 0 wait and 1 go, then the order slots; (G, E) is (G, E, 1)."""
+    env = _sb3_env("warehouse_v1", max_steps=30)
+    head = 9 + 4 + 2
+    try:
+        model = MaskablePPO(EntityPolicy, env, n_steps=16, batch_size=32, seed=0, device="cpu",
+                            policy_kwargs={"entity": (head, 8, 2)})
+        model.learn(32)
+        net = model.policy.mlp_extractor
+        obs = torch.rand(5, head + 8 * 7)
+        with torch.no_grad():
+            logits = net.forward_actor(obs)
+            slots = net.score(net.pair(torch.cat([
+                net.glob(net.global_input(obs)).unsqueeze(1).expand(-1, 8, -1),
+                net.ent(torch.cat([obs[:, head:].reshape(5, 8, 7),
+                                   net.pos.expand(5, -1, -1)], 2))], 2))).squeeze(2)
+        assert logits.shape == (5, 10)
+        torch.testing.assert_close(logits[:, 2:], slots)  # action k >= 2 is slot k - 2
+        rng = np.random.default_rng(0)
+        mask = rng.random((64, 10)) < 0.4
+        mask[:, 0] = True
+        o = rng.random((64, head + 8 * 7)).astype(np.float32)
+        for det in (True, False):
+            act = model.predict(o, action_masks=mask, deterministic=det)[0]
+            assert mask[np.arange(64), act].all()
+        with pytest.raises(ConfigError, match="2 outside the entities"):
+            MaskablePPO(EntityPolicy, env, n_steps=8, batch_size=16, device="cpu",
+                        policy_kwargs={"entity": (head, 7, 2)})
+        with pytest.raises(ConfigError, match="1 outside"):
+            MaskablePPO(EntityPolicy, env, n_steps=8, batch_size=16, device="cpu",
+                        policy_kwargs={"entity": (head, 8)})
+    finally:
+        env.close()
+    v0 = _sb3_env()
+    try:
+        nets = []
+        for entity in ((head, 8), (head, 8, 1)):
+            nets.append(MaskablePPO(EntityPolicy, v0, n_steps=8, batch_size=16, seed=0,
+                                    device="cpu", policy_kwargs={"entity": entity}).policy)
+    finally:
+        v0.close()
+    a, b = (n.state_dict() for n in nets)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
