@@ -509,8 +509,8 @@ def _panel(ax, name: str, preset: str, by: dict[str, dict]) -> None:
     ax.set_ylabel("mean return, 20 held-out seeds")
     ax.grid(alpha=0.3)
     if finals:
-        ax.text(0.02, 0.97, "final: " + ", ".join(finals), transform=ax.transAxes,
-                fontsize=7.5, va="top")
+        ax.text(0.02, 0.97, "final: " + "\n".join(finals), transform=ax.transAxes,
+                fontsize=7.5, va="top")  # one line each: three do not fit in a panel's width
 
 
 def _legend(fig) -> None:
