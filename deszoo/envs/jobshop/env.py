@@ -153,10 +153,8 @@ class JobShopEnv(SimPyParallelEnv):
         obs[:, GLOBAL:] = 0.0
         scale = 4 * pmax
         max_ops = model.max_ops
-        mask = self.mask_buf
         for i in self.needs_buf.nonzero()[0].tolist():  # masks match the queues observed
-            mask[i] = 0
-            mask[i, 1 : 1 + min(len(queues[i]), k)] = 1
+            self.mask_buf[i] = self._slots_mask(len(queues[i]))
         for i, queue in enumerate(queues):
             row = []
             for op in queue[:k]:
