@@ -32,9 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+from deszoo.envs.elevator.env import FLOOR, GLOBAL  # the observation's layout
+
 ROOT = Path(__file__).resolve().parent.parent
 VALIDATION = tuple(range(5000, 5020))
-GLOBAL, FLOOR = 8, 7  # elevator observation: car features, features per floor
 
 
 def _baselines():
