@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import bridge  # noqa: E402
+import interleave  # noqa: E402
 import step_cost  # noqa: E402
 
 
@@ -40,3 +41,12 @@ def test_step_cost_counts_instructions_per_step():
     out = step_cost.instructions([("loadbalance_v0", "small")], steps=5, seed=0)
     assert set(out) == {"loadbalance_v0/small/arrays", "loadbalance_v0/small/dict"}
     assert 1_000 < out["loadbalance_v0/small/arrays"] < out["loadbalance_v0/small/dict"]
+
+
+def test_interleave_times_three_ways_of_the_same_work():
+    rows = interleave.measure("loadbalance_v0/small", [1, 2], steps=20, repeats=1)
+    assert [r["envs"] for r in rows] == [1, 2] and rows[1]["steps_per_env"] == 10
+    for r in rows:
+        assert all(r[m] > 0.0 for m in interleave.MODES)
+    text = interleave.table("w", rows)
+    assert text.count("\n| 1 | 20 |") == 1 and "roundrobin / interleaved" in text

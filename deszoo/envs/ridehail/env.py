@@ -70,7 +70,7 @@ Heuristic          ``heuristic(obs, mask)``: accept the nearest request (the bet
 =================  ======================================================================
 
 Presets: `small` (3x3 zones, 8 drivers, 2 h), `default` (4x4 zones, 30 drivers, 3 h),
-`large` (10x10 zones, 300 drivers, 3 h).
+`large` (12x12 zones, 400 drivers, pickup radius 3, 3 h).
 
 Vectorizing with SuperSuit: on the default (``black_death=True``) the classic chain
 ``supersuit.concat_vec_envs_v1(supersuit.pettingzoo_env_to_vec_env_v1(env), ...)`` works
