@@ -191,7 +191,7 @@ class ElevatorEnv(SimPyParallelEnv):
                          old_up / (old_up + K_WAIT), old_down / (old_down + K_WAIT)))
         floor_block = obs[:, GLOBAL:].reshape(n, n_f, FLOOR)  # a view: rows are contiguous
         floor_block[:, :, 0:4] = hall
-        calls = np.array([car.calls for car in cars], dtype=np.float64)  # riders per stop
+        calls = self._riders_per_stop()
         floor_block[:, :, 4] = calls / (calls + K_COUNT)
         pos = np.array([car.floor for car in cars])
         # other cars whose next stop is the floor
@@ -204,6 +204,16 @@ class ElevatorEnv(SimPyParallelEnv):
         key = np.abs(pos[:, None] - self._floors) * n + self._index_c[:, None]
         nearer = key[free][None, :, :] < key[:, None, :]  # [car, free car, floor]
         floor_block[:, :, 6] = nearer.sum(axis=1) * self._others
+
+    def _riders_per_stop(self) -> np.ndarray:
+        """Each car's ``calls`` (riders per destination floor) as an (n_cars, n_floors)
+        array, counted from the riders: a car holds at most ``capacity`` of them, while
+        converting every car's list of ``n_floors`` counts cost about 180 us a step on large
+        (64 cars, 120 floors)."""
+        n_f = self.p.n_floors
+        dest = [i * n_f + r.dest for i, car in enumerate(self.model.cars) for r in car.riders]
+        counts = np.bincount(np.array(dest, dtype=np.intp), minlength=len(self.model.cars) * n_f)
+        return counts.reshape(-1, n_f).astype(np.float64)
 
     def _state_all(self, out: np.ndarray) -> None:
         model, p, now = self.model, self.p, self.sim.now
@@ -224,7 +234,7 @@ class ElevatorEnv(SimPyParallelEnv):
         counts = np.array(model.hall_count, dtype=np.float64)
         oldest = np.array([[now - q[0].arrived if q else 0.0 for q in hall]
                            for hall in model.hall])
-        riders = np.sum([c.calls for c in cars], axis=0, dtype=np.float64)
+        riders = self._riders_per_stop().sum(axis=0)
         floor[:, 0:2] = counts / (counts + K_COUNT)
         floor[:, 2:4] = oldest / (oldest + K_WAIT)
         floor[:, 4] = riders / (riders + K_COUNT)
