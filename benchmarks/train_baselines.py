@@ -145,7 +145,8 @@ TUNED: dict[tuple[str, str], dict[str, Any]] = {
     # with intervals overlapping random's (MaskablePPO -52.1, loop -52.5, MAPPO -52.9 held
     # out). The loop and MAPPO at 400k with gae_lambda 1: -52.3 and -53.3, the MLP's plateau.
     # MaskablePPO with warehouse_v1 default's settings (EntityPolicy, two actions before the
-    # order slots, gamma 0.99 per 10 simulated s, Monte Carlo returns), 400k: -48.8.
+    # order slots, gamma 0.99 per 10 simulated s, Monte Carlo returns), 400k: -48.8. At 1M
+    # (a trial): MaskablePPO -46.0, loop -51.7, MAPPO -53.2: the MLPs stay put.
     ("warehouse_v1", "small"): {"timesteps": 400_000, "time_scale": 10.0, "gae_lambda": 1.0,
                                 "entity": (15, 8, 2)},
     # Default, as here: 18 of 20 ended (-330.4 over those; random -463.1, heuristic -233.7);
