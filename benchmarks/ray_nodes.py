@@ -59,7 +59,6 @@ class AsyncRunner:
         self.label, self.vec, self._policy = label, vec, legal_last
         self._rows_per_env = vec.num_envs // vec.num_sims
         vec.async_reset(seed=0)
-        self.rows = 0
         self.run_calls(warmup)
         self.rows, self.parent_cpu, self.wall = 0, 0.0, 0.0
 
@@ -184,7 +183,7 @@ def processes(scenario: str, num_envs: int, seconds: float, shm_workers: int) ->
             cpu[_role(pid, after, me)] += c1 - before.get(pid, (0, 0.0, ""))[1]
         n = runner.vsteps
         total = sum(cpu.values())
-        cores = os.cpu_count() or 1
+        cores = len(os.sched_getaffinity(0))
         lines.append(f"  {label:9s} " + " ".join(f"{1e3 * cpu[r] / n:6.3f}" for r in roles)
                      + f"  all {1e3 * total / n:6.3f}; wall {1e3 * runner.wall / n:6.3f};"
                      f" busy {total / (cores * runner.wall):.0%} of {cores} cores")
