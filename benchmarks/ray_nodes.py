@@ -128,6 +128,8 @@ def measure(scenario: str, num_envs: int, seconds: float, slice_s: float, cpus: 
 
 def _processes() -> dict[int, tuple[int, float, str]]:
     """Every process: (parent pid, CPU seconds so far, command line)."""
+    from deszoo.bench.machine import _cmdline
+
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for d in os.listdir("/proc"):
@@ -136,12 +138,11 @@ def _processes() -> dict[int, tuple[int, float, str]]:
         try:
             with open(f"/proc/{d}/stat") as f:
                 stat = f.read()
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
-        out[int(d)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, cmd)
+        out[int(d)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick,
+                       _cmdline(int(d)))
     return out
 
 
