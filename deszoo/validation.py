@@ -492,7 +492,8 @@ def supplychain_base_stock(
     action ``a`` order exactly ``a`` items; every period the policy orders ``S - inventory
     position`` (read from the model). The fill rate is ``model.fill / model.customers`` over
     the periods from ``warmup`` on; on hand and backlog are time averages, sampled after every
-    event over the same periods.
+    event and every customer (a period's customers are served in one event, each at its own
+    arrival time) over the same periods.
     """
     levels = 6 * demand_rate + 1  # order unit max_order * rate / (levels - 1) = 1 item
     env = make(
@@ -513,6 +514,15 @@ def supplychain_base_stock(
             backlog.update(sim.now, model.backlog[0])
 
     hook = EventHook(env, after_event)
+    serve = model._customer
+
+    def customer(r: int, now: float) -> None:
+        serve(r, now)
+        if on_hand is not None:
+            on_hand.update(now, model.on_hand[0])
+            backlog.update(now, model.backlog[0])
+
+    model._customer = customer
     acts = np.zeros(1, dtype=np.int64)
     start = None
     while not env.episode_over:
