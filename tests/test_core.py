@@ -143,6 +143,70 @@ def test_periodic_mode_asks_every_live_agent_every_dt():
     assert [d[0] for d in env.decisions] == [0.0, 0.0, 2.0, 2.0, 4.0, 4.0]
 
 
+class Mixed(SimPyParallelEnv):
+    """Agents 0-2 decide in ``every`` rounds (together); agent 3, in its own process, decides
+    at some of the same instants and schedules a same-instant event; agent 1 leaves at 4.
+    ``log`` records the order in which things happen."""
+
+    metadata = {"render_modes": [], "name": "mixed_v0"}
+    params = {"old_every": Param(False, lambda v: None, "use the all_of reference below")}
+
+    def _setup(self):
+        return discrete([f"a{i}" for i in range(4)], np.zeros(1), np.full(1, 100.0), 3)
+
+    def _build(self):
+        self.log = []
+        every = self._old_every if self.p.old_every else self.every
+        every(1.0, lambda i, a: self.log.append((self.now, "apply", i, a)),
+              agents=lambda: [i for i in (0, 1, 2) if self.live[i]], together=True)
+        self.sim.process(self._other())
+        self.sim.process(self._leave())
+
+    def _other(self):
+        while True:
+            yield self.sim.timeout(1.0 if self.now < 3 else 2.0)
+            a = yield self.decide(3)
+            self.log.append((self.now, "other", 3, a))
+            self.sim.timeout(0).callbacks.append(lambda ev: self.log.append((self.now, "echo")))
+
+    def _leave(self):
+        yield self.sim.timeout(4.0)
+        self.remove_agent(1)
+        self.log.append((self.now, "left", 1))
+
+    def _old_every(self, dt, apply, *, agents, together):  # the all_of implementation
+        def clock():
+            while True:
+                round_ = [(i, self.decide(i)) for i in agents() if not self.needs_action(i)]
+                if round_:
+                    yield self.sim.all_of([e for _, e in round_])
+                    for i, event in round_:
+                        apply(i, event.value)
+                yield self.sim.timeout(dt)
+
+        self.sim.process(clock())
+
+    def _observe(self, i, out):
+        out[0] = self.now
+
+
+def test_every_rounds_keep_the_order_of_one_event_per_decision():
+    """One event per round (the round's agents alone deciding) or one per decision (mixed
+    with other decisions, or a departure), the model sees the same order of things as with
+    ``sim.all_of`` over one event per decision."""
+    logs = []
+    for old in (True, False):
+        env = Mixed(old_every=old, max_time=12.0)
+        env.reset(seed=0)
+        rng = np.random.default_rng(5)
+        while env.agents:
+            env.step({a: int(rng.integers(3)) for a in env.agents})
+        logs.append(env.log)
+    assert logs[0] == logs[1]
+    kinds = [entry[1] for entry in logs[0]]
+    assert {"apply", "other", "echo", "left"} <= set(kinds)
+
+
 def test_bad_limits_are_config_errors():
     with pytest.raises(ConfigError, match="max_steps"):
         Toy(max_steps=0)

@@ -82,6 +82,12 @@ class Stepper:
                 action), ``values(action)`` (a callable, called when the action is
                 delivered), or the action itself (``None``).
         """
+        event = simpy.Event(self.sim)
+        self._await_decision(i, mask, values, event)
+        return event
+
+    def _await_decision(self, i: int, mask: Any, values: Any, target: Any) -> None:
+        """Agent ``i`` waits for a decision; ``target.succeed(value)`` will deliver it."""
         if i in self._pending:
             raise RuntimeError(f"agent {self.possible_agents[i]!r} already waits for a decision")
         if i in self._left:
@@ -95,9 +101,7 @@ class Stepper:
         if i not in self._masked:  # (else its row already says it decides)
             self.needs_buf[i] = True
             self._masked.add(i)
-        event = simpy.Event(self.sim)
-        self._pending[i] = (event, values)
-        return event
+        self._pending[i] = (target, values)
 
     def every(
         self,
@@ -130,21 +134,22 @@ class Stepper:
             sim = self.sim
             while True:
                 who = self.live.nonzero()[0].tolist() if agents is None else agents()
-                round_ = []
+                round_ = _Round(sim)
                 for i in who:
                     i = int(i)
                     if i in self._pending:
                         continue
-                    event = self.decide(i, None if mask is None else mask(i),
-                                        values=None if values is None else values(i))
+                    m = None if mask is None else mask(i)
+                    v = None if values is None else values(i)
                     if together:
-                        round_.append((i, event))
-                    else:
+                        self._await_decision(i, m, v, round_.slot(i))
+                    else:  # (one event each: apply may start processes, which run at once)
+                        event = self.decide(i, m, values=v)
                         event.callbacks.append(lambda ev, i=i: apply(i, ev.value))
-                if round_:
-                    yield sim.all_of([e for _, e in round_])
-                    for i, event in round_:
-                        apply(i, event.value)
+                if round_.left:
+                    yield round_.event
+                    for i, value in round_.values.items():
+                        apply(i, value)
                 yield sim.timeout(dt)
 
         return self.sim.process(clock())
@@ -263,7 +268,12 @@ class Stepper:
             if not legal or (missing is not None and missing[i]):
                 acts = self._replace_invalid(pending, acts, missing)
                 break
-        if discrete:
+        target = next(iter(pending.values()))[0]
+        if type(target) is _Slot and target.round.left == len(pending):
+            # the agents of one ``every`` round, and nobody else: one SimPy event for all
+            target.round.deliver({i: self._value(i, acts[i], values)
+                                  for i, (_, values) in pending.items()})
+        elif discrete:
             for i, (event, values) in pending.items():
                 a = acts[i]
                 if values is not None:
@@ -426,3 +436,55 @@ class Stepper:
     def _legal(self, i: int) -> list[int]:
         return np.flatnonzero(self.mask_buf[i]).tolist()
 
+
+
+class _Round:
+    """The decisions of one :meth:`Stepper.every` round (``together=True``); ``event``
+    succeeds once all are in, with ``values`` (agent -> value, in the round's order).
+
+    Each agent waits on a :class:`_Slot`. When the round's agents are the only ones
+    deciding, the step hands in all their values at once (:meth:`deliver`): one SimPy event
+    instead of one per agent plus ``sim.all_of`` of them. Otherwise each value comes as an
+    event of its own, processed among the other decisions, and ``event`` succeeds when the
+    last of them is processed, where ``all_of`` would.
+    """
+
+    __slots__ = ("sim", "event", "values", "left")
+
+    def __init__(self, sim: simpy.Environment):
+        self.sim = sim
+        self.event = simpy.Event(sim)
+        self.values: dict[int, Any] = {}
+        self.left = 0  # agents whose value is not in yet
+
+    def slot(self, i: int) -> _Slot:
+        self.values[i] = None
+        self.left += 1
+        return _Slot(self, i)
+
+    def deliver(self, values: dict[int, Any]) -> None:
+        """The values of every agent still waiting, at once."""
+        self.values.update(values)
+        self.left = 0
+        self.event.succeed()
+
+
+class _Slot:
+    """One agent's place in a :class:`_Round`; ``succeed(value)`` as on a decision event."""
+
+    __slots__ = ("round", "i")
+
+    def __init__(self, round_: _Round, i: int):
+        self.round, self.i = round_, i
+
+    def succeed(self, value: Any) -> None:
+        event = simpy.Event(self.round.sim)
+        event.callbacks.append(self._arrived)
+        event.succeed(value)
+
+    def _arrived(self, event: simpy.Event) -> None:
+        r = self.round
+        r.values[self.i] = event.value
+        r.left -= 1
+        if not r.left:
+            r.event.succeed()
