@@ -110,19 +110,20 @@ class JobShopEnv(SimPyParallelEnv):
             on_finish=self._on_finish, on_all_done=self.end_episode,
         )
         self._wip = Integrator(self.p.n_machines)
+        # the mask with q queued operations in view: row q allows actions 1 to q
+        k = self.p.queue_slots
+        self._slot_masks = np.zeros((k + 1, k + 1), dtype=np.int8)
+        for q in range(1, k + 1):
+            self._slot_masks[q, 1 : q + 1] = 1
         self.model.start()
 
     def _choose(self, m: int):
-        # The mask is refreshed with the observation (jobs may still arrive at this instant),
-        # and action j means the operation in slot j - 1 of the queue as observed.
+        # The mask is taken when the step ends (jobs may still arrive at this instant), and
+        # action j means the operation in slot j - 1 of the queue as observed then.
         queue = self.model.queues[m]
-        return self.decide(m, self._slots_mask(len(queue)),
+        rows, k = self._slot_masks, self.p.queue_slots
+        return self.decide(m, lambda: rows[min(len(queue), k)],
                            values=lambda j: queue[j - 1] if j else None)
-
-    def _slots_mask(self, queued: int) -> np.ndarray:
-        mask = np.zeros(self.n_actions, dtype=np.int8)
-        mask[1 : 1 + min(queued, self.p.queue_slots)] = 1
-        return mask
 
     def _on_route(self, m: int, op: Operation) -> None:
         self._wip.add(self.sim.now, m, op.job.weight)
@@ -153,8 +154,6 @@ class JobShopEnv(SimPyParallelEnv):
         obs[:, GLOBAL:] = 0.0
         scale = 4 * pmax
         max_ops = model.max_ops
-        for i in self.needs_buf.nonzero()[0].tolist():  # masks match the queues observed
-            self.mask_buf[i] = self._slots_mask(len(queues[i]))
         for i, queue in enumerate(queues):
             row = []
             for op in queue[:k]:
