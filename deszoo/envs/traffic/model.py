@@ -6,25 +6,34 @@ four incoming links, one per heading of the traffic on it (link ``4 * node + h``
 vehicles heading ``h`` into ``node``). Links on the edge of the grid are fed by a source
 outside the network; traffic leaving the grid exits.
 
-Traffic. Each source releases vehicles as a Poisson stream. A vehicle is a SimPy process:
-it drives the link in its free-flow time, picks its turn (left, straight or right, with
-fixed probabilities) and joins the back of a lane at the stop line: the left-turn lane or
-the through-and-right lane. A link stores at most ``link_capacity`` vehicles (moving and
+Traffic. Each source releases vehicles as a Poisson stream. A vehicle drives the link in
+its free-flow time, picks its turn (left, straight or right, with fixed probabilities)
+and joins the back of a lane at the stop line: the left-turn lane or the
+through-and-right lane. A link stores at most ``link_capacity`` vehicles (moving and
 queued): a vehicle may only cross the stop line when the link it turns into has room, so
 queues spill back into upstream intersections and, at the edge, into a backlog of
 vehicles waiting to enter (a spatial-queue model).
 
 Signals. Four phases: ``0`` north-south through and right, ``1`` north-south protected
-left, ``2`` east-west through and right, ``3`` east-west protected left. Each lane is a
-SimPy process that discharges its queue one vehicle per ``headway`` seconds while its
-phase is green and the downstream link has room. Changing phase starts a clearance
-interval (yellow plus all-red) during which no lane discharges.
+left, ``2`` east-west through and right, ``3`` east-west protected left. Each lane
+discharges its queue one vehicle per ``headway`` seconds while its phase is green and
+the downstream link has room. Changing phase starts a clearance interval (yellow plus
+all-red) during which no lane discharges.
+
+Events. Sources, vehicles and lanes are small state machines driven by callbacks on
+SimPy events rather than SimPy processes (a process costs an extra event to start and
+another to end, and a generator switch per event; the model has tens of thousands of
+vehicles). Each wait is still one event, created at the point where a process would
+have created it: a timeout per source arrival, per link driven and per headway; an event
+when a lane lets a vehicle go (it crosses once the events already due at that instant
+have run) and when an idle lane is poked (it looks at its queue likewise).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -92,7 +101,8 @@ class TrafficModel:
         # Lanes: 8 * node + 2 * heading + kind.
         self.queues: list[deque] = [deque() for _ in range(8 * n)]
         self.green = [False] * (8 * n)
-        self._wake: list[simpy.Event | None] = [None] * (8 * n)
+        self._idle = [True] * (8 * n)  # waiting for a poke (else a look is due)
+        self._serve_cb = [partial(self._serve, lane) for lane in range(8 * n)]
         self._blocked: list[list[int]] = [[] for _ in range(4 * n)]  # lanes waiting for room
         # Signals.
         self.phase = [0] * n
@@ -113,8 +123,8 @@ class TrafficModel:
     # ---- set-up --------------------------------------------------------------------
     def start(self) -> None:
         """Random first phases; every signal starts as if its phase had been green for
-        ``min_green``, so that every signal may switch at once."""
-        sim = self.sim
+        ``min_green``, so that every signal may switch at once. Lanes start idle, every
+        source draws its first gap."""
         phases = self.rng.integers(0, N_PHASES, self.n_nodes).tolist()
         green_since = -float(self.p.min_green)
         for node, ph in enumerate(phases):
@@ -122,11 +132,9 @@ class TrafficModel:
             self.green_since[node] = green_since
             for slot in phase_lanes(ph):
                 self.green[8 * node + slot] = True
-        for lane in range(8 * self.n_nodes):
-            sim.process(self._lane(lane))
         for link, rate in zip(self.sources, self.rates, strict=True):
             if rate > 0:
-                sim.process(self._source(link, rate))
+                _Source(self, link, rate)
 
     # ---- random numbers --------------------------------------------------------------
     def _uniform(self) -> float:
@@ -159,95 +167,135 @@ class TrafficModel:
             self.green[lane] = True
             self._poke(lane)
 
+    # ---- lanes -----------------------------------------------------------------------
     def _poke(self, lane: int) -> None:
-        wake = self._wake[lane]
-        if wake is not None:
-            self._wake[lane] = None
+        """Something ``lane`` may be waiting for changed: if idle, it looks again once
+        the events already due now have run."""
+        if self._idle[lane]:
+            self._idle[lane] = False
+            wake = simpy.Event(self.sim)
+            wake.callbacks.append(self._serve_cb[lane])
             wake.succeed()
 
-    # ---- processes -------------------------------------------------------------------
-    def _source(self, link: int, rate: float):
-        sim, rng = self.sim, self.rng
-        node = link // 4
-        gaps = rng.exponential(1.0 / rate, _RANDOM_BATCH)
-        k = 0
-        while True:
-            if k == _RANDOM_BATCH:
-                gaps, k = rng.exponential(1.0 / rate, _RANDOM_BATCH), 0
-            yield sim.timeout(float(gaps[k]))
-            k += 1
-            if self.backlog[link] == 0 and self.count[link] < self.cap[link]:
-                self._enter(link)
-            else:
-                self.backlog[link] += 1
-                self.on_queue(node, 1)
-
-    def _enter(self, link: int) -> None:
-        self.count[link] += 1
-        self.entered += 1
-        self.sim.process(self._vehicle(link))
-
-    def _vehicle(self, link: int):
-        sim = self.sim
-        speed = 0.9 + 0.2 * self._uniform()  # drivers differ by +-10 % in free-flow time
-        while True:
-            yield sim.timeout(self.link_time * speed)
-            node, h = divmod(link, 4)
-            u = self._uniform()
-            if u < self._p_left:
-                kind, new_h = LEFT, (h + 3) % 4
-            elif u < self._p_left_straight:
-                kind, new_h = THROUGH, h
-            else:
-                kind, new_h = THROUGH, (h + 1) % 4
-            lane = 8 * node + 2 * h + kind
-            go = sim.event()
-            self.queues[lane].append((go, self.out_link[4 * node + new_h], sim.now))
-            self.queued_on[link] += 1
-            self.on_queue(node, 1)
-            self._poke(lane)
-            yield go
-            self._leave(link)
-            link = self.out_link[4 * node + new_h]
-            if link == EXIT:
-                self.exited += 1
+    def _serve(self, lane: int, _event: simpy.Event) -> None:
+        """Let the first vehicle of ``lane`` go if the lane is green and the link it
+        turns into has room (then look again after ``headway``); else go idle."""
+        queue = self.queues[lane]
+        if not queue or not self.green[lane]:
+            self._idle[lane] = True
+            return
+        vehicle, out, _ = queue[0]
+        if out != EXIT:
+            count = self.count
+            if count[out] >= self.cap[out]:
+                self._blocked[out].append(lane)
+                self._idle[lane] = True
                 return
+            count[out] += 1
+        queue.popleft()
+        self.on_queue(lane // 8, -1)
+        sim = self.sim
+        go = simpy.Event(sim)
+        go.callbacks.append(vehicle.cross)
+        go.succeed()
+        simpy.Timeout(sim, self.headway).callbacks.append(self._serve_cb[lane])
 
-    def _leave(self, link: int) -> None:
-        """A vehicle crossed the stop line at the end of ``link``: free its place."""
+    # ---- links -----------------------------------------------------------------------
+    def _leave(self, link: int) -> bool:
+        """A vehicle crossed the stop line at the end of ``link``: free its place. True
+        if a vehicle of the backlog feeding ``link`` takes it (it is counted here; the
+        caller starts it)."""
         self.count[link] -= 1
         self.queued_on[link] -= 1
         if self.backlog.get(link):
             self.backlog[link] -= 1
             self.on_queue(link // 4, -1)
-            self._enter(link)
-            return
+            self.count[link] += 1
+            self.entered += 1
+            return True
         blocked = self._blocked[link]
         if blocked:
             self._blocked[link] = []
             for lane in blocked:
                 self._poke(lane)
+        return False
 
-    def _lane(self, lane: int):
-        sim = self.sim
-        queue = self.queues[lane]
-        green = self.green
-        count, cap = self.count, self.cap
-        node = lane // 8
-        while True:
-            if not queue or not green[lane]:
-                self._wake[lane] = sim.event()
-                yield self._wake[lane]
-                continue
-            go, out, _ = queue[0]
-            if out != EXIT:
-                if count[out] >= cap[out]:
-                    self._blocked[out].append(lane)
-                    self._wake[lane] = sim.event()
-                    yield self._wake[lane]
-                    continue
-                count[out] += 1
-            queue.popleft()
-            self.on_queue(node, -1)
-            go.succeed()
-            yield sim.timeout(self.headway)
+
+class _Source:
+    """Releases vehicles onto ``link`` as a Poisson stream of ``rate`` per second."""
+
+    __slots__ = ("model", "link", "rate", "gaps", "k")
+
+    def __init__(self, model: TrafficModel, link: int, rate: float):
+        self.model, self.link, self.rate = model, link, rate
+        self.gaps = model.rng.exponential(1.0 / rate, _RANDOM_BATCH)
+        self.k = 0
+        self._wait()
+
+    def _wait(self) -> None:
+        if self.k == _RANDOM_BATCH:
+            self.gaps, self.k = self.model.rng.exponential(1.0 / self.rate, _RANDOM_BATCH), 0
+        timer = simpy.Timeout(self.model.sim, float(self.gaps[self.k]))
+        timer.callbacks.append(self._arrive)
+
+    def _arrive(self, _event: simpy.Event) -> None:
+        """A vehicle arrives: it enters if the link has room and nobody waits before it,
+        else it joins the backlog."""
+        model, link = self.model, self.link
+        self.k += 1
+        enters = model.backlog[link] == 0 and model.count[link] < model.cap[link]
+        if enters:
+            model.count[link] += 1
+            model.entered += 1
+        else:
+            model.backlog[link] += 1
+            model.on_queue(link // 4, 1)
+        self._wait()
+        if enters:  # (after the next arrival is scheduled, as when sources were processes)
+            _Vehicle(model, link)
+
+
+class _Vehicle:
+    """A vehicle on ``link``; its methods are the callbacks of the events it waits for."""
+
+    __slots__ = ("model", "link", "next_link", "speed")
+
+    def __init__(self, model: TrafficModel, link: int):
+        self.model, self.link, self.next_link = model, link, EXIT
+        self.speed = 0.9 + 0.2 * model._uniform()  # drivers differ by +-10 % in free-flow time
+        self._drive()
+
+    def _drive(self) -> None:
+        model = self.model
+        timer = simpy.Timeout(model.sim, model.link_time * self.speed)
+        timer.callbacks.append(self._arrive)
+
+    def _arrive(self, _event: simpy.Event) -> None:
+        """At the stop line: pick the turn and queue in its lane."""
+        model = self.model
+        node, h = divmod(self.link, 4)
+        u = model._uniform()
+        if u < model._p_left:
+            kind, new_h = LEFT, (h + 3) % 4
+        elif u < model._p_left_straight:
+            kind, new_h = THROUGH, h
+        else:
+            kind, new_h = THROUGH, (h + 1) % 4
+        lane = 8 * node + 2 * h + kind
+        self.next_link = out = model.out_link[4 * node + new_h]
+        model.queues[lane].append((self, out, model.sim.now))
+        model.queued_on[self.link] += 1
+        model.on_queue(node, 1)
+        model._poke(lane)
+
+    def cross(self, _event: simpy.Event) -> None:
+        """Across the stop line: drive on into the next link, or leave the grid."""
+        model, link = self.model, self.link
+        backlog_enters = model._leave(link)
+        self.link = self.next_link
+        if self.link == EXIT:
+            model.exited += 1
+        else:
+            self._drive()
+        if backlog_enters:  # (after this one moved on, as when vehicles were processes)
+            _Vehicle(model, link)
