@@ -108,6 +108,7 @@ class TrafficModel:
         self.phase = [0] * n
         self.in_clearance = [False] * n
         self.green_since = [0.0] * n
+        self.clear_until = [0.0] * n  # end of the current (or last) clearance interval
         self.switches = 0
         # Sources.
         spread = float(p.demand_spread)
@@ -156,6 +157,7 @@ class TrafficModel:
         self.phase[node] = p
         self.in_clearance[node] = True
         self.switches += 1
+        self.clear_until[node] = self.sim.now + self.clearance  # (the timer's time)
         timer = self.sim.timeout(self.clearance)
         timer.callbacks.append(lambda _e, node=node: self._green(node))
 
@@ -172,10 +174,19 @@ class TrafficModel:
         """Something ``lane`` may be waiting for changed: if idle, it looks again once
         the events already due now have run."""
         if self._idle[lane]:
+            if not self.green[lane] and self._red_for_now(lane // 8):
+                return  # it would look (at this instant), find red and wait again
             self._idle[lane] = False
             wake = simpy.Event(self.sim)
             wake.callbacks.append(self._serve_cb[lane])
             wake.succeed()
+
+    def _red_for_now(self, node: int) -> bool:
+        """True if no lane of ``node`` can turn green at the current instant: its
+        clearance interval (running, or started by a switch now) ends later."""
+        now = self.sim.now
+        clear_until = self.clear_until[node] if self.in_clearance[node] else now + self.clearance
+        return clear_until > now
 
     def _serve(self, lane: int, _event: simpy.Event) -> None:
         """Let the first vehicle of ``lane`` go if the lane is green and the link it
