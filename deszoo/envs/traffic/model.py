@@ -21,12 +21,13 @@ the downstream link has room. Changing phase starts a clearance interval (yellow
 all-red) during which no lane discharges.
 
 Events. Sources, vehicles and lanes are small state machines driven by callbacks on
-SimPy events rather than SimPy processes (a process costs an extra event to start and
-another to end, and a generator switch per event; the model has tens of thousands of
-vehicles). Each wait is still one event, created at the point where a process would
-have created it: a timeout per source arrival, per link driven and per headway; an event
-when a lane lets a vehicle go (it crosses once the events already due at that instant
-have run) and when an idle lane is poked (it looks at its queue likewise).
+SimPy events rather than SimPy processes (a process costs an event to start, another to
+end and a generator switch per event, while a vehicle only waits for two events per
+link). Each wait is still one event, created where a process would have created it: a
+timeout per source arrival, per link driven and per headway; an event when a lane lets
+a vehicle go (it crosses once the events already due at that instant have run) and when
+an idle lane is poked (it looks at its queue likewise; a red lane that cannot turn
+green at that instant is not poked).
 """
 
 from __future__ import annotations
