@@ -107,6 +107,7 @@ ZONE = 4
 SLOT = 6
 DRIVER = 8  # state features per driver
 LOOKAHEAD = 600.0  # seconds: horizon of the expected-demand features
+_FAR = 2.0  # a pickup time (scaled) past any in reach: the request is out of reach
 # Per driver state (a row each): observation columns 0-3, [on shift, idle, driving a rider,
 # repositioning]; and which of columns 5-6 apply, [shift time left, time until it starts].
 _FLAGS = np.zeros((5, 4), dtype=np.float32)
@@ -178,8 +179,9 @@ class RideHailEnv(SimPyParallelEnv):
         p = self.p
         n = p.n_drivers
         self._driving = Integrator(n)
-        # Per driver, the index in ``_open_list`` of the request in each slot (-1: none).
-        self._slot_req = np.full((n, p.request_slots), -1, dtype=np.int64)
+        # Per driver, the index in ``_open_list`` of the request in each slot (one past its
+        # end: none).
+        self._slot_req = np.zeros((n, p.request_slots), dtype=np.int64)
         self._open_list: list[Request] = []
         self.model = RideHailModel(
             self.sim, self.rng, p, on_fare=self.add_reward, on_driving=self._on_driving,
@@ -191,8 +193,19 @@ class RideHailEnv(SimPyParallelEnv):
         self._shifts = np.stack([model.shift_end, model.shift_start], axis=1)
         self._travel_n = np.minimum(1.0, model.travel / self._time_ref).astype(np.float32)
         self._shared = np.zeros((self._n_zones, ZONE), dtype=np.float32)
+        self._counts = np.zeros((self._n_zones, 3))  # float64 columns 0-2 of _shared
         self._xy_n = np.stack([model.zone_xy[:, 0] / max(1, model.zx - 1),
                                model.zone_xy[:, 1] / max(1, model.zy - 1)], axis=1)
+        # Slot features: the pickup time from each zone to each zone (_FAR: out of reach),
+        # and the divisors of a request's trip time, fare and waiting time.
+        in_reach = model.manhattan <= p.pickup_radius
+        self._pickup = np.where(in_reach, np.minimum(1.0, model.travel / self._time_ref), _FAR)
+        self._slot_scale = np.array([self._time_ref, self._fare_ref, 1.5 * model.patience])
+        # A deciding driver's mask before its request slots: stay, or go to any other zone.
+        K = p.request_slots
+        self._zone_masks = np.ones((self._n_zones, self.n_actions), dtype=np.int8)
+        self._zone_masks[:, 1 : 1 + K] = 0
+        self._zone_masks[:, 1 + K :][np.diag_indices(self._n_zones)] = 0
         # Every tick each idle driver decides; a decision is applied as soon as it is taken.
         # The mask is provisional: _observe_all refreshes it with the slots observed.
         provisional = np.zeros(self.n_actions, dtype=np.int8)
@@ -231,12 +244,11 @@ class RideHailEnv(SimPyParallelEnv):
     def _observe_all(self, obs: np.ndarray) -> None:
         p, model, now = self.p, self.model, self.sim.now
         n, Z, K = model.n_drivers, model.n_zones, p.request_slots
-        horizon, cref, tref = model.horizon, self._count_ref, self._time_ref
+        horizon, cref = model.horizon, self._count_ref
         # Every column of every row is written below but the request slots: no full clear.
         obs[:, self._slot0 :] = 0.0
         state = np.fromiter(model.state, dtype=np.int64, count=n)
         zone = np.fromiter(model.zone, dtype=np.int64, count=n)
-        idle = state == IDLE
         obs[:, 0:4] = _FLAGS[state]
         obs[:, 4] = min(1.0, now / horizon)
         # shift time left (on shift) and time until the shift starts (before it), / horizon
@@ -249,10 +261,14 @@ class RideHailEnv(SimPyParallelEnv):
         # Hot path (the largest block): the zone features every driver shares are written as
         # one row to all drivers, then each driver's driving times (numpy is much faster at
         # that than at four strided column writes).
+        counts = self._counts  # open requests, idle drivers, expected requests per zone
+        counts[:, 0] = np.bincount(origins, minlength=Z)
+        counts[:, 1] = np.bincount(zone[state == IDLE], minlength=Z)
+        counts[:, 2] = expected
+        counts /= cref
+        np.minimum(counts, 1.0, out=counts)
         shared = self._shared  # float32 (Z, ZONE); column 3 stays 0
-        shared[:, 0] = np.minimum(1.0, np.bincount(origins, minlength=Z) / cref)
-        shared[:, 1] = np.minimum(1.0, np.bincount(zone[idle], minlength=Z) / cref)
-        shared[:, 2] = np.minimum(1.0, expected / cref)
+        shared[:, :3] = counts
         zones = obs[:, HEAD : self._slot0]
         zones[:] = shared.reshape(-1)
         zones.reshape(n, Z, ZONE)[:, :, 3] = self._travel_n[zone]
@@ -261,42 +277,37 @@ class RideHailEnv(SimPyParallelEnv):
         pending = self.needs_buf.nonzero()[0]
         if not len(pending):
             return
-        P = len(pending)
         own = zone[pending]
-        rows = self.mask_buf[pending]
-        rows[:] = 1
-        rows[np.arange(P), 1 + K + own] = 0
+        masks = self._zone_masks[own]
         self._open_list = open_reqs
         if open_reqs:
             R = len(open_reqs)
-            dist = model.manhattan[own][:, origins].astype(np.float64)  # P x R
-            dist[dist > p.pickup_radius] = np.inf
-            made = np.fromiter(map(_TIME, open_reqs), dtype=np.float64, count=R)
+            # Per open request, its slot features but the pickup time, and a last row of
+            # zeros (index R) for an empty slot.
+            req = np.zeros((R + 1, SLOT))
+            req[:R, 0] = 1.0
+            req[:R, 2] = np.fromiter(map(_TRIP, open_reqs), dtype=np.float64, count=R)
+            req[:R, 3] = np.fromiter(map(_FARE, open_reqs), dtype=np.float64, count=R)
+            req[:R, 4] = now - np.fromiter(map(_TIME, open_reqs), dtype=np.float64, count=R)
+            req[:R, 2:5] /= self._slot_scale
+            dest = np.fromiter(map(_DEST, open_reqs), dtype=np.int64, count=R)
+            req[:R, 5] = counts[dest, 2]
+            np.minimum(req, 1.0, out=req)
             # Nearest pickup first, older request first on a tie: requests are open in the
-            # order they were made, so a stable sort by distance is that order.
-            order = np.argsort(dist, axis=1, kind="stable")[:, :K]
-            valid = np.isfinite(np.sort(dist, axis=1)[:, :K])  # a prefix per row
+            # order they were made, so a stable sort by pickup time is that order.
+            pickup = self._pickup[own][:, origins]  # P x R
+            order = np.argsort(pickup, axis=1, kind="stable")[:, :K]
+            nearest = np.sort(pickup, axis=1)[:, :K]
+            valid = nearest < _FAR  # a prefix per row
             k = order.shape[1]
-            dest = np.fromiter(map(_DEST, open_reqs), dtype=np.int64, count=R)[order]
-            trip = np.fromiter(map(_TRIP, open_reqs), dtype=np.float64, count=R)
-            fare = np.fromiter(map(_FARE, open_reqs), dtype=np.float64, count=R)
-            table = np.zeros((P, K, SLOT))
-            table[:, :k, 0] = 1.0
-            table[:, :k, 1] = model.travel[own[:, None], origins[order]] / tref
-            table[:, :k, 2] = trip[order] / tref
-            table[:, :k, 3] = fare[order] / self._fare_ref
-            table[:, :k, 4] = (now - made[order]) / (1.5 * model.patience)
-            table[:, :k, 5] = expected[dest] / cref
-            table[:, :k][~valid] = 0.0
-            np.minimum(table, 1.0, out=table)
-            obs[pending, self._slot0 :] = table.reshape(P, K * SLOT)
-            rows[:, 1 : 1 + k] = valid
-            rows[:, 1 + k : 1 + K] = 0
-            self._slot_req[pending] = -1
-            self._slot_req[pending, :k] = np.where(valid, order, -1)
-        else:
-            rows[:, 1 : 1 + K] = 0
-        self.mask_buf[pending] = rows
+            slots = np.full((len(pending), K), R)
+            slots[:, :k] = np.where(valid, order, R)
+            table = req[slots]  # P x K x SLOT
+            table[:, :k, 1] = np.where(valid, nearest, 0.0)
+            obs[pending, self._slot0 :] = table.reshape(len(pending), K * SLOT)
+            masks[:, 1 : 1 + k] = valid
+            self._slot_req[pending] = slots
+        self.mask_buf[pending] = masks
 
     def _state_all(self, out: np.ndarray) -> None:
         model, now = self.model, self.sim.now
