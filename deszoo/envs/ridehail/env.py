@@ -207,18 +207,14 @@ class RideHailEnv(SimPyParallelEnv):
         self._zone_masks[:, 1 : 1 + K] = 0
         self._zone_masks[:, 1 + K :][np.diag_indices(self._n_zones)] = 0
         # Every tick each idle driver decides; a decision is applied as soon as it is taken.
-        # The mask is provisional: _observe_all refreshes it with the slots observed.
-        provisional = np.zeros(self.n_actions, dtype=np.int8)
-        provisional[NOOP] = 1
+        # Its mask (all actions until then) is set by _observe_all with the slots observed.
         jobs = [self._jobs(i) for i in range(n)]
-        self.every(float(p.dispatch_interval), self.model.assign,
-                   mask=lambda i: provisional, values=jobs.__getitem__, agents=self._idle,
-                   together=False)
+        self.every(float(p.dispatch_interval), self.model.assign, values=jobs.__getitem__,
+                   agents=self._idle, together=False)
 
     # ---- decisions -------------------------------------------------------------------
     def _idle(self) -> list[int]:
-        state = self.model.state
-        return [i for i in range(self.model.n_drivers) if state[i] == IDLE]
+        return [i for i, state in enumerate(self.model.state) if state == IDLE]
 
     def _jobs(self, i: int):
         """Driver ``i``'s action -> what the model gets: a request, a zone or None."""
