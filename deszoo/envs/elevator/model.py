@@ -47,7 +47,7 @@ class Car:
         "calls", "load", "leaving",
     )  # fmt: skip
 
-    def __init__(self, index: int, floor: int, n_floors: int):
+    def __init__(self, index: int, floor: int, calls: np.ndarray):
         self.index = index
         self.floor = floor
         self.target = floor  # next stop (the current floor when stopped)
@@ -56,7 +56,7 @@ class Car:
         self.parked = False
         self.wake: simpy.Event | None = None
         self.riders: list[Passenger] = []
-        self.calls = [0] * n_floors  # riders per destination floor
+        self.calls = calls  # riders per destination floor (a row of the model's ``calls``)
         self.load = 0
         self.leaving = 0  # riders who left at the last stop (for the door time)
 
@@ -64,14 +64,10 @@ class Car:
         """Nearest destination of a rider from the current floor in ``direction`` (-1 if none)."""
         calls, f = self.calls, self.floor
         if direction > 0:
-            for g in range(f + 1, len(calls)):
-                if calls[g]:
-                    return g
-        else:
-            for g in range(f - 1, -1, -1):
-                if calls[g]:
-                    return g
-        return -1
+            ahead = calls[f + 1 :].nonzero()[0]
+            return f + 1 + int(ahead[0]) if len(ahead) else -1
+        behind = calls[:f].nonzero()[0]
+        return int(behind[-1]) if len(behind) else -1
 
 
 class ElevatorModel:
@@ -110,7 +106,9 @@ class ElevatorModel:
     def start(self) -> None:
         n_f = self.n_floors
         floors = self.rng.integers(0, n_f, size=self.n_cars).tolist()
-        self.cars = [Car(c, floors[c], n_f) for c in range(self.n_cars)]
+        # riders per car and destination floor, one array: observers read every car at once
+        self.calls = np.zeros((self.n_cars, n_f), dtype=np.int64)
+        self.cars = [Car(c, floors[c], self.calls[c]) for c in range(self.n_cars)]
         self.hall = [(deque(), deque()) for _ in range(n_f)]
         self.hall_count = [[0, 0] for _ in range(n_f)]
         # passenger-seconds waiting (building) and riding (per car), plain floats
@@ -235,7 +233,7 @@ class ElevatorModel:
 
     def _unload(self, car: Car) -> int:
         f = car.floor
-        n = car.calls[f]
+        n = int(car.calls[f])
         if not n:
             return 0
         self._book_ride(car)
