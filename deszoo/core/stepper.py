@@ -82,12 +82,6 @@ class Stepper:
                 action), ``values(action)`` (a callable, called when the action is
                 delivered), or the action itself (``None``).
         """
-        event = simpy.Event(self.sim)
-        self._await_decision(i, mask, values, event)
-        return event
-
-    def _await_decision(self, i: int, mask: Any, values: Any, target: Any) -> None:
-        """Agent ``i`` waits for a decision; ``target.succeed(value)`` will deliver it."""
         if i in self._pending:
             raise RuntimeError(f"agent {self.possible_agents[i]!r} already waits for a decision")
         if i in self._left:
@@ -101,7 +95,9 @@ class Stepper:
         if i not in self._masked:  # (else its row already says it decides)
             self.needs_buf[i] = True
             self._masked.add(i)
-        self._pending[i] = (target, values)
+        event = simpy.Event(self.sim)
+        self._pending[i] = (event, values)
+        return event
 
     def every(
         self,
@@ -141,10 +137,10 @@ class Stepper:
                         continue
                     m = None if mask is None else mask(i)
                     v = None if values is None else values(i)
-                    if together:
-                        self._await_decision(i, m, v, round_.slot(i))
+                    event = self.decide(i, m, values=v)
+                    if together:  # the round's slot stands in for the decision's event
+                        self._pending[i] = (round_.slot(i), v)
                     else:  # (one event each: apply may start processes, which run at once)
-                        event = self.decide(i, m, values=v)
                         event.callbacks.append(lambda ev, i=i: apply(i, ev.value))
                 if round_.left:
                     yield round_.event
@@ -435,7 +431,6 @@ class Stepper:
 
     def _legal(self, i: int) -> list[int]:
         return np.flatnonzero(self.mask_buf[i]).tolist()
-
 
 
 class _Round:
