@@ -49,7 +49,7 @@ Heuristic          ``heuristic(obs, mask)``: max pressure with hysteresis (queue
 =================  ======================================================================
 
 Presets: `small` (2x2 grid, light demand, 900 s), `default` (3x3, 1800 s), `large` (10x10
-grid, heavier demand, 1800 s: about a thousand SimPy events per step).
+grid, heavier demand, 1800 s: about 540 SimPy events per step).
 
 Version History:
     v1: agents named ``signal_{k}`` (v0: ``signal_{row}_{col}``, which trainers that group
