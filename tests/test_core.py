@@ -145,8 +145,9 @@ def test_periodic_mode_asks_every_live_agent_every_dt():
 
 class Mixed(SimPyParallelEnv):
     """Agents 0-2 decide in ``every`` rounds (together); agent 3, in its own process, decides
-    at some of the same instants and schedules a same-instant event; agent 1 leaves at 4.
-    ``log`` records the order in which things happen."""
+    at some of the same instants and schedules a same-instant event; agent 1 leaves at 4
+    (during the step), agent 0 at 7 (as the step ends, while agent 3 decides too). ``log``
+    records the order in which things happen."""
 
     metadata = {"render_modes": [], "name": "mixed_v0"}
     params = {"old_every": Param(False, lambda v: None, "use the all_of reference below")}
@@ -165,6 +166,8 @@ class Mixed(SimPyParallelEnv):
     def _other(self):
         while True:
             yield self.sim.timeout(1.0 if self.now < 3 else 2.0)
+            if self.now >= 7:
+                yield self.sim.timeout(0)  # decide after the round of this instant
             a = yield self.decide(3)
             self.log.append((self.now, "other", 3, a))
             self.sim.timeout(0).callbacks.append(lambda ev: self.log.append((self.now, "echo")))
@@ -173,6 +176,11 @@ class Mixed(SimPyParallelEnv):
         yield self.sim.timeout(4.0)
         self.remove_agent(1)
         self.log.append((self.now, "left", 1))
+
+    def _flush(self, until):
+        if until == 7.0 and self.live[0]:
+            self.remove_agent(0)
+            self.log.append((self.now, "left", 0))
 
     def _old_every(self, dt, apply, *, agents, together):  # the all_of implementation
         def clock():
@@ -205,6 +213,7 @@ def test_every_rounds_keep_the_order_of_one_event_per_decision():
     assert logs[0] == logs[1]
     kinds = [entry[1] for entry in logs[0]]
     assert {"apply", "other", "echo", "left"} <= set(kinds)
+    assert (7.0, "left", 0) in logs[0]
 
 
 def test_bad_limits_are_config_errors():

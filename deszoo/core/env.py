@@ -172,6 +172,7 @@ class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
         self._episode_seq: np.random.SeedSequence | None = None
         self._fallback_rng: np.random.Generator | None = None
         self._pending: dict[int, tuple[Any, Any]] = {}  # row -> (decision event, values)
+        self._round = None  # the latest every() round, see Stepper._deliver
         self._late_masks: list = []  # (row, mask()) of masks computed when the step ends
         self._masked: set[int] = set()  # rows whose mask is not the no-op mask
         self._left: set[int] = set()  # rows of agents that left this episode

@@ -140,6 +140,7 @@ class Stepper:
                     event = self.decide(i, m, values=v)
                     if together:  # the round's slot stands in for the decision's event
                         self._pending[i] = (round_.slot(i), v)
+                        self._round = round_
                     else:  # (one event each: apply may start processes, which run at once)
                         event.callbacks.append(lambda ev, i=i: apply(i, ev.value))
                 if round_.left:
@@ -202,6 +203,7 @@ class Stepper:
         self._fallback_rng = None  # drawn from the episode's seed when first needed
         self.sim = simpy.Environment()
         self._pending = {}
+        self._round = None  # the latest every() round (together=True), see _deliver
         self._late_masks = []
         self._closed = False
         self._over = False
@@ -264,11 +266,12 @@ class Stepper:
             if not legal or (missing is not None and missing[i]):
                 acts = self._replace_invalid(pending, acts, missing)
                 break
-        target = next(iter(pending.values()))[0]
-        if type(target) is _Slot and target.round.left == len(pending):
-            # the agents of one ``every`` round, and nobody else: one SimPy event for all
-            target.round.deliver({i: self._value(i, acts[i], values)
-                                  for i, (_, values) in pending.items()})
+        round_ = self._round
+        if round_ is not None and round_.left == len(pending) and not round_.moving:
+            # the agents of the latest ``every`` round, and nobody else (``left`` counts its
+            # agents in ``pending``): one SimPy event for all
+            round_.deliver({i: self._value(i, acts[i], values)
+                            for i, (_, values) in pending.items()})
         elif discrete:
             for i, (event, values) in pending.items():
                 a = acts[i]
@@ -444,13 +447,14 @@ class _Round:
     last of them is processed, where ``all_of`` would.
     """
 
-    __slots__ = ("sim", "event", "values", "left")
+    __slots__ = ("sim", "event", "values", "left", "moving")
 
     def __init__(self, sim: simpy.Environment):
         self.sim = sim
         self.event = simpy.Event(sim)
         self.values: dict[int, Any] = {}
-        self.left = 0  # agents whose value is not in yet
+        self.left = 0  # agents not handed a value yet (their slots are pending)
+        self.moving = 0  # values handed in one by one whose event is not processed yet
 
     def slot(self, i: int) -> _Slot:
         self.values[i] = None
@@ -458,7 +462,7 @@ class _Round:
         return _Slot(self, i)
 
     def deliver(self, values: dict[int, Any]) -> None:
-        """The values of every agent still waiting, at once."""
+        """The values of every agent still waiting, at once (none is moving)."""
         self.values.update(values)
         self.left = 0
         self.event.succeed()
@@ -473,13 +477,16 @@ class _Slot:
         self.round, self.i = round_, i
 
     def succeed(self, value: Any) -> None:
-        event = simpy.Event(self.round.sim)
+        r = self.round
+        r.left -= 1
+        r.moving += 1
+        event = simpy.Event(r.sim)
         event.callbacks.append(self._arrived)
         event.succeed(value)
 
     def _arrived(self, event: simpy.Event) -> None:
         r = self.round
         r.values[self.i] = event.value
-        r.left -= 1
-        if not r.left:
+        r.moving -= 1
+        if not r.left and not r.moving:
             r.event.succeed()
