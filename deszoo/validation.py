@@ -248,7 +248,7 @@ def loadbalance_run(
     while waiting, abandon after an exponential patience of mean ``patience``. The dispatcher
     always routes to the pool.
 
-    Every request is followed from the pool's ``Resource`` (its ``queue`` and ``users``):
+    Every request is followed from the pool's ``queue`` and ``users``:
     arrival (``Call.arrived``), start of service, departure or abandonment. Per-request
     measures are taken over the requests arriving in ``[warmup, horizon)``; FCFS makes a
     request's wait depend on earlier requests only, so there is no end effect. Little's law
@@ -261,26 +261,26 @@ def loadbalance_run(
     )  # fmt: skip
     env.reset_arrays(seed)
     model, sim = env.model, env.sim
-    res = model.pools[0].resource
+    pool = model.pools[0]
     start = sim.now
     if start >= warmup:
         raise ValueError(f"the first decision came at t={start}, after the warm-up {warmup}")
     first_seen = sum(model.served) + sum(model.abandoned) == 0  # nobody left before the hook
     rec: dict = {}  # call -> [arrived, service start or None, end or None, abandoned]
-    for call in res.users:
+    for call in pool.users:
         rec[call] = [call.arrived, None, None, False]  # start unknown (before the hook)
-    for call in res.queue:
+    for call in pool.queue:
         rec[call] = [call.arrived, None, None, False]
-    queue_area = TimeAverage(start, len(res.queue))
+    queue_area = TimeAverage(start, len(pool.queue))
     system_area = TimeAverage(start, model.in_system)
     # the queue's integral before the hook: waits already booked + waits so far of those queued
-    queue_area.area = model.total_wait + sum(start - c.arrived for c in res.queue)
-    system_area.area = sum(start - c.arrived for c in (*res.users, *res.queue))
-    state = {"queue": set(res.queue), "users": set(res.users), "mismatch": 0}
+    queue_area.area = model.total_wait + sum(start - c.arrived for c in pool.queue)
+    system_area.area = sum(start - c.arrived for c in (*pool.users, *pool.queue))
+    state = {"queue": set(pool.queue), "users": set(pool.users), "mismatch": 0}
 
     def after_event() -> None:
         now = sim.now
-        queue, users = set(res.queue), set(res.users)
+        queue, users = set(pool.queue), set(pool.users)
         for call in queue - state["queue"]:
             if call not in rec:
                 rec[call] = [call.arrived, None, None, False]

@@ -172,7 +172,7 @@ class LoadBalanceEnv(SimPyParallelEnv):
         for pool in self.model.pools:
             c = pool.servers
             w = pool.expected_wait()
-            busy = len(pool.resource.users)
+            busy = len(pool.users)
             vals += (
                 0.0 if pool.full() else 1.0,
                 busy / c,
@@ -204,7 +204,7 @@ class LoadBalanceEnv(SimPyParallelEnv):
         cap, maxc = p.queue_capacity, self._max_servers
         for k, pool in enumerate(model.pools):
             w = pool.expected_wait()
-            pools[k, :5] = (not pool.full(), len(pool.resource.users) / pool.servers,
+            pools[k, :5] = (not pool.full(), len(pool.users) / pool.servers,
                             min(1.0, pool.waiting / cap), pool.servers / maxc, w / (1.0 + w))
         pools[:, 5:] = self._svc.T
 

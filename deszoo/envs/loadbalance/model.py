@@ -2,19 +2,19 @@
 
 Several sources (dispatchers) each receive a Poisson stream of requests of several types.
 When a request arrives and at least one pool can take it, the source asks ``route(d, kind)``
-for a pool; the returned event's value is the index of the chosen pool. A pool is a
-:class:`simpy.Resource` with ``servers`` servers and a waiting room of ``queue_cap`` places;
-a pool is *full* when every server is busy and the waiting room is full. A request that
-finds every pool full is blocked (lost) without asking. Service times are exponential with a
-mean that depends on the request type and the pool. A waiting request abandons (reneges)
-after an exponential patience time; once service has started it stays. Optionally a share of
-the load (``background_rate``) arrives directly at the pools (proportional to their servers)
-and is never routed by a source. Arrivals stop at ``horizon``; ``on_all_done`` is called
-when the last request has left after that.
+for a pool; the returned event's value is the index of the chosen pool. A pool has
+``servers`` servers and a waiting room of ``queue_cap`` places, served first come, first
+served as by a :class:`simpy.Resource`; a pool is *full* when every server is busy and the
+waiting room is full. A request that finds every pool full is blocked (lost) without asking.
+Service times are exponential with a mean that depends on the request type and the pool. A
+waiting request abandons (reneges) after an exponential patience time; once service has
+started it stays. Optionally a share of the load (``background_rate``) arrives directly at
+the pools (proportional to their servers) and is never routed by a source. Arrivals stop at
+``horizon``; ``on_all_done`` is called when the last request has left after that.
 
 Per-request bookkeeping runs as event callbacks rather than one generator process per request:
-a request *is* its :class:`simpy.resources.resource.Request` event (:class:`Call`), which halves
-the events and allocations per request compared with a process that waits on
+a waiting request *is* the event that its pool succeeds when it gets a server (:class:`Call`),
+which halves the events and allocations per request compared with a process that waits on
 ``request | timeout``.
 """
 
@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import simpy
-from simpy.resources.resource import Request
 
 __all__ = ["Call", "LoadBalanceModel", "Pool", "Uniforms"]
 
@@ -54,39 +53,55 @@ class Uniforms:
         return -mean * math.log(1.0 - self())
 
 
-class Call(Request):
-    """One request: the resource request event of its pool, with the request's data."""
+class Call(simpy.Event):
+    """One request, with its data; the event succeeds when the request gets a server."""
 
     def __init__(self, pool: Pool, source: int, kind: int, mean: float, now: float):
+        super().__init__(pool.sim)
         self.pool = pool
         self.source = source  # dispatcher index, -1 for background traffic
         self.kind = kind
         self.mean = mean  # mean service time of this kind at this pool
         self.arrived = now
-        super().__init__(pool.resource)
 
 
-@dataclass
 class Pool:
-    index: int
-    resource: simpy.Resource
-    servers: int
-    queue_cap: int
-    times: list[float]  # mean service time per request type
-    queue_work: float = 0.0  # sum of mean service times of the waiting requests
-    busy_work: float = 0.0  # sum of mean service times of the requests in service
+    """``servers`` servers and a waiting room of ``queue_cap`` places, first come, first served.
+
+    Requests get servers in the order and at the events that ``simpy.Resource(sim, servers)``
+    gives them: a request that finds a server free and nobody waiting gets it at once; the
+    head of the queue gets a server when a release is processed (one request per release, as
+    SimPy's ``_trigger_put`` tries only the head), or when a later request arrives while a
+    server is free. Unlike the ``Resource`` it schedules no event for a request served at
+    once (nothing waits on it) and builds no ``Request``/``Release`` objects: a request and a
+    release per call are most of this model's work.
+    """
+
+    __slots__ = ("sim", "index", "servers", "queue_cap", "times", "users", "queue",
+                 "queue_work", "busy_work")
+
+    def __init__(self, sim: simpy.Environment, index: int, servers: int, queue_cap: int,
+                 times: list[float]):
+        self.sim = sim
+        self.index = index
+        self.servers = servers
+        self.queue_cap = queue_cap
+        self.times = times  # mean service time per request type
+        self.users: dict[Call, None] = {}  # in service, in the order they got a server
+        self.queue: deque[Call] = deque()  # waiting
+        self.queue_work = 0.0  # sum of mean service times of the waiting requests
+        self.busy_work = 0.0  # sum of mean service times of the requests in service
 
     @property
     def busy(self) -> int:
-        return self.resource.count
+        return len(self.users)
 
     @property
     def waiting(self) -> int:
-        return len(self.resource.queue)
+        return len(self.queue)
 
     def full(self) -> bool:
-        res = self.resource
-        return len(res.users) >= self.servers and len(res.queue) >= self.queue_cap
+        return len(self.users) >= self.servers and len(self.queue) >= self.queue_cap
 
     def expected_wait(self) -> float:
         """Mean wait of a request joining now: 0 with a free server, else the work ahead / c.
@@ -95,9 +110,35 @@ class Pool:
         type-dependent rates it uses the mean service time of each request ahead.
         """
         c = self.servers
-        if len(self.resource.users) < c:
+        if len(self.users) < c:
             return 0.0
         return max(0.0, self.queue_work + self.busy_work / c) / c
+
+    def request(self, call: Call) -> bool:
+        """Join the pool; True if ``call`` got a server at once (its event is not used)."""
+        if not self.queue and len(self.users) < self.servers:
+            self.users[call] = None
+            return True
+        self.queue.append(call)
+        self._grant()  # a server freed at this instant goes to the head of the queue
+        return False
+
+    def release(self, call: Call) -> None:
+        """``call`` leaves its server; the head of the queue gets it when this is processed."""
+        del self.users[call]
+        done = simpy.Event(self.sim)
+        done.callbacks.append(self._grant)
+        done.succeed()
+
+    def cancel(self, call: Call) -> None:
+        """``call`` leaves the queue (it has not got a server)."""
+        self.queue.remove(call)
+
+    def _grant(self, _event: simpy.Event | None = None) -> None:
+        if self.queue and len(self.users) < self.servers:
+            call = self.queue.popleft()
+            self.users[call] = None
+            call.succeed()
 
 
 class LoadBalanceModel:
@@ -146,13 +187,7 @@ class LoadBalanceModel:
         n_sources, n_types = self.type_mix.shape
         self.draw = Uniforms(self.rng)
         self.pools = [
-            Pool(
-                k,
-                simpy.Resource(self.sim, c),
-                c,
-                self.queue_cap,
-                [float(t) for t in self.service_time[:, k]],
-            )
+            Pool(self.sim, k, c, self.queue_cap, [float(t) for t in self.service_time[:, k]])
             for k, c in enumerate(self.servers)
         ]
         # per source, plus one slot (index -1) for background traffic
@@ -230,7 +265,7 @@ class LoadBalanceModel:
         mean = pool.times[kind]
         call = Call(pool, source, kind, mean, self.sim.now)
         self.in_system += 1
-        if call.triggered:  # a free server: Resource granted the request on creation
+        if pool.request(call):  # a free server
             self._start(call)
             return
         pool.queue_work += mean
@@ -243,7 +278,7 @@ class LoadBalanceModel:
     def _granted(self, call: Call) -> None:
         pool = call.pool
         pool.queue_work -= call.mean
-        if not pool.resource.queue:
+        if not pool.queue:
             pool.queue_work = 0.0  # no float drift once the queue is empty
         self.total_wait += self.sim.now - call.arrived
         if call.source >= 0:
@@ -259,8 +294,8 @@ class LoadBalanceModel:
         call = event.value
         pool = call.pool
         pool.busy_work -= call.mean
-        pool.resource.release(call)
-        if not pool.resource.users:
+        pool.release(call)
+        if not pool.users:
             pool.busy_work = 0.0
         self.served[call.source] += 1
         self.in_system -= 1
@@ -271,10 +306,10 @@ class LoadBalanceModel:
         call = event.value
         if call.triggered:  # service has started (or is granted at this instant)
             return
-        call.cancel()
         pool = call.pool
+        pool.cancel(call)
         pool.queue_work -= call.mean
-        if not pool.resource.queue:
+        if not pool.queue:
             pool.queue_work = 0.0
         self.total_wait += self.sim.now - call.arrived
         self.abandoned[call.source] += 1
