@@ -168,22 +168,20 @@ class LoadBalanceEnv(SimPyParallelEnv):
     def _observe_all(self, obs: np.ndarray) -> None:
         g, p = self._global, self.p
         cap, maxc = p.queue_capacity, self._max_servers
-        vals = []
-        for pool in self.model.pools:
-            c = pool.servers
-            w = pool.expected_wait()
-            busy = len(pool.users)
-            vals += (
-                0.0 if pool.full() else 1.0,
+        row = [0.0] * g  # the global part of a row not deciding: only the time is set
+        row[1] = min(1.0, self.sim.now / p.horizon)
+        for pool in self.model.pools:  # runs per pool per step: full() inline, 0 wait if a server is free
+            c, busy, waiting = pool.servers, len(pool.users), len(pool.queue)
+            w = pool.expected_wait() if busy >= c else 0.0
+            row += (
+                0.0 if busy >= c and waiting >= cap else 1.0,
                 busy / c,
-                min(1.0, pool.waiting / cap),
+                min(1.0, waiting / cap),
                 c / maxc,
                 w / (1.0 + w),
                 0.0,
             )
-        obs[:, :g] = 0.0
-        obs[:, 1] = min(1.0, self.sim.now / p.horizon)
-        obs[:, g:] = vals
+        obs[:] = row
         for i in self.needs_buf.nonzero()[0].tolist():  # each deciding dispatcher's request
             kind = self._kind[i]
             row = obs[i]
