@@ -141,7 +141,7 @@ class ElevatorEnv(SimPyParallelEnv):
         self._mask = np.zeros(self.n_actions, dtype=np.int8)
         floors = np.arange(n_f)
         self._distance_n = np.abs(floors[:, None] - floors) * n  # (floor, floor) distance x n
-        self._index_c = np.arange(n)
+        self._car_index = np.arange(n)[:, None]  # a column: one index per row of cars
         self._others = 1.0 / max(1, n - 1)
         # Lookup tables, faster than arithmetic on a few small arrays: soft_4 of a rider count
         # (at most the capacity), and k cars / (n_cars - 1) for k = 0 .. n_cars.
@@ -219,8 +219,10 @@ class ElevatorEnv(SimPyParallelEnv):
         free = [i for i, car in enumerate(cars) if not car.load and not car.moving]
         if free:
             # distance ranks with ties broken by index: key = distance * n + index
-            key = self._distance_n[[car.floor for car in cars]] + self._index_c[:, None]
-            nearer = sum(key[j] < key for j in free)  # [car, floor], one free car at a time
+            key = self._distance_n[[car.floor for car in cars]] + self._car_index
+            nearer = np.zeros((n, n_f), dtype=np.intp)  # [car, floor]
+            for j in free:  # (adding a bool array to an int one is slow: cast it first)
+                nearer += (key[j] < key).astype(np.intp)
             floor_block[:, :, 6] = self._cars_share[nearer]
 
     def _state_all(self, out: np.ndarray) -> None:
