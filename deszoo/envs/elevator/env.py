@@ -219,9 +219,13 @@ class ElevatorEnv(SimPyParallelEnv):
         free = [i for i, car in enumerate(cars) if not car.load and not car.moving]
         if free:
             # distance ranks with ties broken by index: key = distance * n + index
-            key = self._distance_n[[car.floor for car in cars]] + self._car_index
-            nearer = np.zeros((n, n_f), dtype=np.intp)  # [car, floor]
-            for j in free:  # (adding a bool array to an int one is slow: cast it first)
+            # (take and an in-place add: faster than fancy indexing and a new array here)
+            key = self._distance_n.take([car.floor for car in cars], axis=0)
+            key += self._car_index
+            # [car, floor], one free car at a time (adding a bool array to an int one is slow:
+            # each comparison is cast first)
+            nearer = (key[free[0]] < key).astype(np.intp)
+            for j in free[1:]:
                 nearer += (key[j] < key).astype(np.intp)
             floor_block[:, :, 6] = self._cars_share[nearer]
 
