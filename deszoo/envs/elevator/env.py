@@ -191,7 +191,9 @@ class ElevatorEnv(SimPyParallelEnv):
         # The floor features. What the cars share (hall queues, cars whose next stop is the
         # floor) is built as one flat row, zero where nobody waits or heads, written into the
         # first car's block and copied whole to the others; then the features of each car are
-        # written over it.
+        # written over it (a strided broadcast of the shared columns cost about 50 us a step on
+        # large, 64 cars and 120 floors; converting one flat list is cheaper than a list of
+        # per-floor tuples).
         stops = [car.target if car.moving else car.floor for car in cars]
         heading = [0] * n_f
         for stop in stops:
