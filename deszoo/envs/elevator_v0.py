@@ -22,10 +22,9 @@ class ElevatorEnvV0(ElevatorEnv):
 
     def _flush(self, until: float) -> None:
         wait, ride = self.model.take_areas(until)
-        n = len(ride)
-        self.rew_buf -= (
-            (wait / n + self.p.ride_weight * np.asarray(ride)) / MINUTE
-        ).astype(np.float32)
+        share, weight = wait / len(ride), self.p.ride_weight
+        # (plain floats: faster than numpy on a few cars; one float32 rounding, as before)
+        self.rew_buf -= np.array([(share + weight * r) / MINUTE for r in ride], dtype=np.float32)
 
 
 parallel_env = ElevatorEnvV0

@@ -136,11 +136,10 @@ class ElevatorModel:
         """Passenger-seconds waiting and riding (per car) since the last call, up to ``t``."""
         wait = self.wait_area + self.waiting * (t - self.wait_t)
         self.wait_area, self.wait_t = 0.0, t
-        ride = []
-        for car in self.cars:
-            c = car.index
-            ride.append(self.ride_area[c] + car.load * (t - self.ride_t[c]))
-            self.ride_area[c], self.ride_t[c] = 0.0, t
+        ride = [area + car.load * (t - since)
+                for car, area, since in zip(self.cars, self.ride_area, self.ride_t)]
+        self.ride_area = [0.0] * self.n_cars
+        self.ride_t = [t] * self.n_cars
         return wait, ride
 
     def may_park(self, car: Car) -> bool:
