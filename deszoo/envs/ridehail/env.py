@@ -290,28 +290,27 @@ class RideHailEnv(SimPyParallelEnv):
         so a stable sort by pickup time is that order. ``_slots[i]`` keeps driver ``i``'s.
         """
         masks = self._zone_masks[own]
-        rows = [[] for _ in range(len(own))]
         if open_reqs:
-            K = self.p.request_slots
+            K, slot0 = self.p.request_slots, self._slot0
             time_ref, fare_ref, wait_ref = self._slot_scale
             expected = expected.tolist()
             pickup = self._pickup[own[:, None], origins]  # P x R, _FAR: out of reach
             nearest = pickup.argsort(axis=1, kind="stable")[:, :K].tolist()
             for p, (i, z) in enumerate(zip(pending.tolist(), own.tolist(), strict=True)):
-                reach, row, slots = self._reach[z], rows[p], []
+                reach, row, slots = self._reach[z], [], []
                 for j in nearest[p]:
                     req = open_reqs[j]
                     pickup_time = reach[req.origin]
                     if pickup_time == _FAR:  # (so are the next ones)
                         break
-                    row += (1.0, pickup_time, req.trip_time / time_ref, req.fare / fare_ref,
-                            (now - req.time) / wait_ref, expected[req.dest])
+                    row += (1.0, pickup_time, min(req.trip_time / time_ref, 1.0),
+                            min(req.fare / fare_ref, 1.0), min((now - req.time) / wait_ref, 1.0),
+                            expected[req.dest])
                     slots.append(req)
-                masks[p, 1 : 1 + len(slots)] = 1
+                if slots:  # (the other slots stay zero)
+                    obs[i, slot0 : slot0 + len(row)] = row
+                    masks[p, 1 : 1 + len(slots)] = 1
                 self._slots[i] = slots
-        width = SLOT * self.p.request_slots
-        table = [row + [0.0] * (width - len(row)) for row in rows]
-        obs[pending, self._slot0 :] = np.minimum(table, 1.0)
         self.mask_buf[pending] = masks
 
     def _state_all(self, out: np.ndarray) -> None:
