@@ -109,16 +109,11 @@ DRIVER = 8  # state features per driver
 LOOKAHEAD = 600.0  # seconds: horizon of the expected-demand features
 _FAR = 2.0  # a pickup time (scaled) past any in reach: the request is out of reach
 # Per driver state (a row each): observation columns 0-3, [on shift, idle, driving a rider,
-# repositioning]; and which of columns 5-6 apply, [shift time left, time until it starts].
+# repositioning].
 _FLAGS = np.zeros((5, 4), dtype=np.float32)
 _FLAGS[[IDLE, BUSY, MOVING], 0] = 1.0
 _FLAGS[IDLE, 1] = _FLAGS[BUSY, 2] = _FLAGS[MOVING, 3] = 1.0
-_SHIFT_GATE = np.zeros((5, 2), dtype=bool)
-_SHIFT_GATE[[IDLE, BUSY, MOVING], 0] = True
-_SHIFT_GATE[OFF, 1] = True
-_ORIGIN, _DEST, _TIME, _TRIP, _FARE = map(
-    attrgetter, ("origin", "dest", "time", "trip_time", "fare")
-)
+_ORIGIN = attrgetter("origin")
 
 
 class RideHailEnv(SimPyParallelEnv):
@@ -179,10 +174,8 @@ class RideHailEnv(SimPyParallelEnv):
         p = self.p
         n = p.n_drivers
         self._driving = Integrator(n)
-        # Per driver, the index in ``_open_list`` of the request in each slot (one past its
-        # end: none).
-        self._slot_req = np.zeros((n, p.request_slots), dtype=np.int64)
-        self._open_list: list[Request] = []
+        # Per driver, the requests in its slots when it last decided (see _observe_slots).
+        self._slots: list[list[Request]] = [[] for _ in range(n)]
         self.model = RideHailModel(
             self.sim, self.rng, p, on_fare=self.add_reward, on_driving=self._on_driving,
             on_logoff=self.remove_agent, on_all_gone=self.end_episode,
@@ -200,7 +193,8 @@ class RideHailEnv(SimPyParallelEnv):
         # and the divisors of a request's trip time, fare and waiting time.
         in_reach = model.manhattan <= p.pickup_radius
         self._pickup = np.where(in_reach, np.minimum(1.0, model.travel / self._time_ref), _FAR)
-        self._slot_scale = np.array([self._time_ref, self._fare_ref, 1.5 * model.patience])
+        self._reach = self._pickup.tolist()  # the same, per zone as a list
+        self._slot_scale = (float(self._time_ref), float(self._fare_ref), 1.5 * model.patience)
         # A deciding driver's mask before its request slots: stay, or go to any other zone.
         K = p.request_slots
         self._zone_masks = np.ones((self._n_zones, self.n_actions), dtype=np.int8)
@@ -224,7 +218,7 @@ class RideHailEnv(SimPyParallelEnv):
             if a == NOOP:
                 return None
             if a <= k:  # the request in slot a - 1 as observed
-                return self._open_list[self._slot_req[i, a - 1]]
+                return self._slots[i][a - 1]
             return a - 1 - k
 
         return job
@@ -238,71 +232,85 @@ class RideHailEnv(SimPyParallelEnv):
 
     # ---- observations ----------------------------------------------------------------
     def _observe_all(self, obs: np.ndarray) -> None:
-        p, model, now = self.p, self.model, self.sim.now
-        n, Z, K = model.n_drivers, model.n_zones, p.request_slots
-        horizon, cref = model.horizon, self._count_ref
-        # Every column of every row is written below but the request slots: no full clear.
-        obs[:, self._slot0 :] = 0.0
+        model, now = self.model, self.sim.now
+        n = model.n_drivers
         state = np.fromiter(model.state, dtype=np.int64, count=n)
         zone = np.fromiter(model.zone, dtype=np.int64, count=n)
-        obs[:, 0:4] = _FLAGS[state]
-        obs[:, 4] = min(1.0, now / horizon)
-        # shift time left (on shift) and time until the shift starts (before it), / horizon
-        times = np.minimum(np.maximum((self._shifts - now) / horizon, 0.0), 1.0)
-        obs[:, 5:7] = np.where(_SHIFT_GATE[state], times, 0.0)
-        obs[:, 7:9] = self._xy_n[zone]
         open_reqs = list(model.open.values())
         origins = np.fromiter(map(_ORIGIN, open_reqs), dtype=np.int64, count=len(open_reqs))
+        self._observe_drivers(obs, now, state, zone)
+        expected = self._observe_zones(obs, now, state, zone, origins)
+        # Request slots: zeros but for the deciding drivers, whose masks are refreshed to
+        # match what they observe.
+        obs[:, self._slot0 :] = 0.0
+        pending = self.needs_buf.nonzero()[0]
+        if len(pending):
+            self._observe_slots(obs, now, pending, zone[pending], open_reqs, origins, expected)
+
+    def _observe_drivers(self, obs, now, state, zone) -> None:
+        """Columns 0-8 of every row: the driver's state, the time, its shift and zone."""
+        horizon = self.model.horizon
+        flags = _FLAGS[state]
+        obs[:, 0:4] = flags
+        obs[:, 4] = min(1.0, now / horizon)
+        # shift time left (on shift) and time until the shift starts (before it), / horizon:
+        # the time until the start is 0 once it started, the time left is 0 once the shift
+        # is over, so only an off-shift driver's time left needs clearing (flags[:, 0]).
+        times = np.minimum(np.maximum((self._shifts - now) / horizon, 0.0), 1.0)
+        times[:, 0] *= flags[:, 0]
+        obs[:, 5:7] = times
+        obs[:, 7:9] = self._xy_n[zone]
+
+    def _observe_zones(self, obs, now, state, zone, origins) -> np.ndarray:
+        """The zone features (columns 9 to 9 + 4 n_zones); returns the expected requests per
+        zone / count_ref (float64, capped at 1)."""
+        model, Z = self.model, self._n_zones
         expected = model.mean_rate * model.rate_factor(now) * LOOKAHEAD * model.origin_weights(now)
-        # Hot path (the largest block): the zone features every driver shares are written as
-        # one row to all drivers, then each driver's driving times (numpy is much faster at
-        # that than at four strided column writes).
         counts = self._counts  # open requests, idle drivers, expected requests per zone
         counts[:, 0] = np.bincount(origins, minlength=Z)
         counts[:, 1] = np.bincount(zone[state == IDLE], minlength=Z)
         counts[:, 2] = expected
-        counts /= cref
+        counts /= self._count_ref
         np.minimum(counts, 1.0, out=counts)
+        # Hot path (the largest block): the zone features every driver shares are written as
+        # one row to all drivers, then each driver's driving times (numpy is much faster at
+        # that than at four strided column writes).
         shared = self._shared  # float32 (Z, ZONE); column 3 stays 0
         shared[:, :3] = counts
         zones = obs[:, HEAD : self._slot0]
         zones[:] = shared.reshape(-1)
-        zones.reshape(n, Z, ZONE)[:, :, 3] = self._travel_n[zone]
-        # Request slots of the deciding drivers (vectorized over them); their masks are
-        # refreshed to match what they observe.
-        pending = self.needs_buf.nonzero()[0]
-        if not len(pending):
-            return
-        own = zone[pending]
+        zones.reshape(len(zone), Z, ZONE)[:, :, 3] = self._travel_n[zone]
+        return counts[:, 2]
+
+    def _observe_slots(self, obs, now, pending, own, open_reqs, origins, expected) -> None:
+        """The request slots and masks of the deciding drivers ``pending`` (in zones ``own``).
+
+        Each sees its ``request_slots`` nearest open requests in reach, nearest pickup first
+        and the older request first on a tie: requests are open in the order they were made,
+        so a stable sort by pickup time is that order. ``_slots[i]`` keeps driver ``i``'s.
+        """
         masks = self._zone_masks[own]
-        self._open_list = open_reqs
         if open_reqs:
-            R = len(open_reqs)
-            # Per open request, its slot features but the pickup time, and a last row of
-            # zeros (index R) for an empty slot.
-            req = np.zeros((R + 1, SLOT))
-            req[:R, 0] = 1.0
-            req[:R, 2] = np.fromiter(map(_TRIP, open_reqs), dtype=np.float64, count=R)
-            req[:R, 3] = np.fromiter(map(_FARE, open_reqs), dtype=np.float64, count=R)
-            req[:R, 4] = now - np.fromiter(map(_TIME, open_reqs), dtype=np.float64, count=R)
-            req[:R, 2:5] /= self._slot_scale
-            dest = np.fromiter(map(_DEST, open_reqs), dtype=np.int64, count=R)
-            req[:R, 5] = counts[dest, 2]
-            np.minimum(req, 1.0, out=req)
-            # Nearest pickup first, older request first on a tie: requests are open in the
-            # order they were made, so a stable sort by pickup time is that order.
-            pickup = self._pickup[own][:, origins]  # P x R
-            order = np.argsort(pickup, axis=1, kind="stable")[:, :K]
-            nearest = np.sort(pickup, axis=1)[:, :K]
-            valid = nearest < _FAR  # a prefix per row
-            k = order.shape[1]
-            slots = np.full((len(pending), K), R)
-            slots[:, :k] = np.where(valid, order, R)
-            table = req[slots]  # P x K x SLOT
-            table[:, :k, 1] = np.where(valid, nearest, 0.0)
-            obs[pending, self._slot0 :] = table.reshape(len(pending), K * SLOT)
-            masks[:, 1 : 1 + k] = valid
-            self._slot_req[pending] = slots
+            K, slot0 = self.p.request_slots, self._slot0
+            time_ref, fare_ref, wait_ref = self._slot_scale
+            expected = expected.tolist()
+            pickup = self._pickup[own[:, None], origins]  # P x R, _FAR: out of reach
+            nearest = pickup.argsort(axis=1, kind="stable")[:, :K].tolist()
+            for p, (i, z) in enumerate(zip(pending.tolist(), own.tolist(), strict=True)):
+                reach, row, slots = self._reach[z], [], []
+                for j in nearest[p]:
+                    req = open_reqs[j]
+                    pickup_time = reach[req.origin]
+                    if pickup_time == _FAR:  # (so are the next ones)
+                        break
+                    row += (1.0, pickup_time, min(req.trip_time / time_ref, 1.0),
+                            min(req.fare / fare_ref, 1.0), min((now - req.time) / wait_ref, 1.0),
+                            expected[req.dest])
+                    slots.append(req)
+                if slots:  # (the other slots stay zero)
+                    obs[i, slot0 : slot0 + len(row)] = row
+                    masks[p, 1 : 1 + len(slots)] = 1
+                self._slots[i] = slots
         self.mask_buf[pending] = masks
 
     def _state_all(self, out: np.ndarray) -> None:

@@ -36,7 +36,7 @@ OFF, IDLE, BUSY, MOVING, GONE = range(5)
 _BATCH = 1024
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     id: int
     origin: int
@@ -85,6 +85,7 @@ class RideHailModel:
         self.zone_xy = np.stack([zx, zy], axis=1).astype(np.float64)
         manhattan = np.abs(zx[:, None] - zx[None, :]) + np.abs(zy[:, None] - zy[None, :])
         self.travel = zone_time * (manhattan + 0.5)  # mean driving times, Z x Z
+        self._travel = self.travel.tolist()  # the same, as lists: read once per drive
         self.manhattan = manhattan
         cx, cy = (zones_x - 1) / 2, (zones_y - 1) / 2
         d = np.hypot(zx - cx, zy - cy)
@@ -111,16 +112,17 @@ class RideHailModel:
         self.open: dict[int, Request] = {}
         self.n_requests = self.served = self.cancelled = 0
         self.gone = 0
-        self._u = rng.random(_BATCH)
+        self._u = rng.random(_BATCH).tolist()
         self._k = 0
 
     # ---- helpers ------------------------------------------------------------------------
     def _uniform(self) -> float:
-        # Hot path: one numpy call per 1024 draws instead of one per draw.
+        # Hot path: one numpy call per 1024 draws instead of one per draw (as a list: its
+        # items are Python floats already).
         if self._k == _BATCH:
-            self._u, self._k = self.rng.random(_BATCH), 0
+            self._u, self._k = self.rng.random(_BATCH).tolist(), 0
         self._k += 1
-        return float(self._u[self._k - 1])
+        return self._u[self._k - 1]
 
     def rate_factor(self, t: float) -> float:
         """Demand intensity at time ``t`` relative to the day average (0 after horizon)."""
@@ -186,7 +188,7 @@ class RideHailModel:
             dest_cdf = self._cdf_res if self._uniform() < phi else self._cdf_down
             origin = min(bisect_left(origin_cdf, self._uniform()), self.n_zones - 1)
             dest = min(bisect_left(dest_cdf, self._uniform()), self.n_zones - 1)
-            trip = float(self.travel[origin, dest])
+            trip = self._travel[origin][dest]
             wait = self.patience * (0.5 + self._uniform())
             req = Request(rid, origin, dest, now, now + wait, trip, self.fare(trip))
             rid += 1
@@ -202,7 +204,7 @@ class RideHailModel:
             self.cancelled += 1
 
     def _drive(self, a: int, b: int) -> float:
-        return float(self.travel[a, b]) * (0.85 + 0.4 * self._uniform())
+        return self._travel[a][b] * (0.85 + 0.4 * self._uniform())
 
     def assign(self, i: int, job: Request | int | None) -> bool:
         """Idle driver ``i`` accepts request ``job``, drives empty to zone ``job`` (an int) or
