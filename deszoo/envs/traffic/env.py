@@ -81,6 +81,7 @@ WAIT_REF = 120.0  # seconds: head-of-queue wait feature scale
 _LANE_OUT = [h if kind == 0 else (h + 3) % 4 for h in range(4) for kind in (0, 1)]
 _PHASE_SLOTS = [phase_lanes(p) for p in range(N_PHASES)]
 _ONE_HOT = np.eye(N_PHASES)  # _ONE_HOT[p]: the phase one-hot of the observation
+_ZERO = np.zeros(1)
 
 
 class TrafficEnv(SimPyParallelEnv):
@@ -141,9 +142,16 @@ class TrafficEnv(SimPyParallelEnv):
         self._queued, self._area, self._since = [0.0] * n, [0.0] * n, [0.0] * n
         self.model = TrafficModel(self.sim, self.rng, self.p, on_queue=self._on_queue)
         self.model.start()
-        out_link = np.asarray(self.model.out_link)
-        self._out_index = np.maximum(out_link, 0)  # where traffic exits: any link, times 0
-        self._out_open = (out_link >= 0).astype(np.float64)
+        # For _observe_all: where each signal's lane features [6:22] are in its array of
+        # lane figures (queue per lane, then wait per lane) and the scale of each row,
+        # and where its link features [22:30] are in its array of link figures (moving
+        # vehicles per link, then vehicles per link, then a zero)
+        lanes = np.arange(8 * n).reshape(n, 8)
+        self._lane_index = np.hstack((lanes, 8 * n + lanes))
+        self._lane_ref = np.array([[self._queue_ref], [WAIT_REF]])
+        out_link = np.array(self.model.out_link).reshape(n, 4)
+        self._link_index = np.hstack((np.arange(4 * n).reshape(n, 4),
+                                      np.where(out_link >= 0, 4 * n + out_link, 8 * n)))
         self._mask_rows = np.ones((N_PHASES, 1 + N_PHASES), dtype=np.int8)
         for ph in range(N_PHASES):
             self._mask_rows[ph, 1 + ph] = 0
@@ -190,23 +198,24 @@ class TrafficEnv(SimPyParallelEnv):
     # ---- observations ----------------------------------------------------------------
     def _observe_all(self, obs: np.ndarray) -> None:
         model, now = self.model, self.sim.now
-        n = model.n_nodes
-        obs[:, 0:4] = _ONE_HOT[model.phase]
+        obs[:, 0:4] = _ONE_HOT.take(model.phase, axis=0)
         clearing = np.array(model.in_clearance)
         obs[:, 4] = clearing
         green = np.minimum(1.0, (now - np.array(model.green_since)) / GREEN_REF)
         obs[:, 5] = np.where(clearing, 0.0, np.maximum(green, 0.0))
+        # lanes: one (2, 8 n) array for all signals (queues, then waits), scaled and
+        # capped in place; each signal's 16 features picked by _lane_index
         queues = model.queues
-        lens = np.array(list(map(len, queues)), dtype=np.float64)
-        heads = np.array([q[0][2] if q else now for q in queues])
-        obs[:, 6:14] = np.minimum(1.0, lens / self._queue_ref).reshape(n, 8)
-        obs[:, 14:22] = np.minimum(1.0, (now - heads) / WAIT_REF).reshape(n, 8)
+        lanes = np.array([list(map(len, queues)), [now - q[0][2] if q else 0.0 for q in queues]],
+                         dtype=np.float64)
+        lanes /= self._lane_ref
+        np.minimum(lanes, 1.0, out=lanes)
+        obs[:, 6:22] = lanes.ravel()[self._lane_index]
+        # links: likewise, each signal's 8 features picked by _link_index
         count = np.array(model.count, dtype=np.float64)
-        moving = count - np.array(model.queued_on, dtype=np.float64)
+        links = np.concatenate((count - model.queued_on, count, _ZERO))
         cap = float(self.p.link_capacity)
-        obs[:, 22:26] = np.minimum(1.0, moving / cap).reshape(n, 4)
-        out_count = count[self._out_index] * self._out_open
-        obs[:, 26:30] = np.minimum(1.0, out_count / cap).reshape(n, 4)
+        obs[:, 22:30] = np.minimum(1.0, links[self._link_index] / cap)
 
     def _state_all(self, out: np.ndarray) -> None:
         model, p = self.model, self.p

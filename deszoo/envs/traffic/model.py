@@ -24,10 +24,10 @@ Events. Sources, vehicles and lanes are small state machines driven by callbacks
 SimPy events rather than SimPy processes (a process costs an event to start, another to
 end and a generator switch per event, while a vehicle only waits for two events per
 link). Each wait is still one event, created where a process would have created it: a
-timeout per source arrival, per link driven and per headway; an event when a lane lets
-a vehicle go (it crosses once the events already due at that instant have run) and when
-an idle lane is poked (it looks at its queue likewise; a red lane that cannot turn
-green at that instant is not poked).
+timeout per source arrival, per link driven and per headway; a zero timeout when a lane
+lets a vehicle go (it crosses once the events already due at that instant have run; at
+once when none is) and when an idle lane is poked (it looks at its queue likewise; a red
+lane that cannot turn green at that instant is not poked).
 """
 
 from __future__ import annotations
@@ -178,9 +178,7 @@ class TrafficModel:
             if not self.green[lane] and self._red_for_now(lane // 8):
                 return  # it would look (at this instant), find red and wait again
             self._idle[lane] = False
-            wake = simpy.Event(self.sim)
-            wake.callbacks.append(self._serve_cb[lane])
-            wake.succeed()
+            simpy.Timeout(self.sim, 0).callbacks.append(self._serve_cb[lane])
 
     def _red_for_now(self, node: int) -> bool:
         """True if no lane of ``node`` can turn green at the current instant: its
@@ -207,10 +205,15 @@ class TrafficModel:
         queue.popleft()
         self.on_queue(lane // 8, -1)
         sim = self.sim
-        go = simpy.Event(sim)
-        go.callbacks.append(vehicle.cross)
-        go.succeed()
-        simpy.Timeout(sim, self.headway).callbacks.append(self._serve_cb[lane])
+        if sim.peek() > sim.now:
+            # Nothing else is due now: its zero timeout would be the very next event
+            # (this call is the last thing its event does), so it crosses at once, after
+            # the next look is scheduled as before; one event fewer, same order.
+            simpy.Timeout(sim, self.headway).callbacks.append(self._serve_cb[lane])
+            vehicle.cross(None)
+        else:
+            simpy.Timeout(sim, 0).callbacks.append(vehicle.cross)
+            simpy.Timeout(sim, self.headway).callbacks.append(self._serve_cb[lane])
 
     # ---- links -----------------------------------------------------------------------
     def _leave(self, link: int) -> bool:
