@@ -121,8 +121,7 @@ class SupplyChainModel:
         self.cost_rate = [self.holding_cost * v for v in self.on_hand]
         self.cost_area = [0.0] * n
         self.cost_t = [0.0] * n
-        self._arrive_cb = self._order_arrives_event
-        self._receive_cb = self._receive_event
+        self._due: dict[int, list[tuple]] = {}  # period -> logistics due then (see _market)
         # steady-state pipelines: one period of mean demand per period of lead time
         for i in range(n):
             unit = int(round(self.mean[i]))
@@ -131,18 +130,19 @@ class SupplyChainModel:
             mail = 0 if s < 0 else self.order_delay
             for tau in range(1, transit):  # shipments (or production) under way
                 self.on_order[i] += unit
-                self.sim.timeout(tau, (i, unit)).callbacks.append(self._receive_cb)
+                self._schedule(tau, self._receive, i, unit)
             for tau in range(mail):  # orders in the mail; tau = 0 is handled right now
                 self.on_order[i] += unit
                 if tau == 0:
                     self._order_arrives(s, i, unit, count=False)
                 else:
-                    self.sim.timeout(tau, (i, unit)).callbacks.append(self._arrive_cb)
+                    self._schedule(tau, self._order_in, i, unit)
         self.sim.process(self._market())
 
     # ---- customers ------------------------------------------------------------------
     def _market(self):
-        """Poisson customers at every retailer, drawn a period at a time.
+        """Poisson customers at every retailer, drawn a period at a time; at each period's
+        end, the logistics due then.
 
         A customer touches nothing but its retailer, and nothing else happens between two
         period boundaries (logistics run at integer times). So a period's customers are
@@ -151,6 +151,12 @@ class SupplyChainModel:
         same result as one event per customer, at a fraction of the cost. (A customer drawn
         so close to a boundary that its arrival time rounds onto it, a chance of about
         2**-47 per customer, is served before that instant's other events.)
+
+        The same event then runs the orders and shipments due at that boundary, in the
+        order they were scheduled (:meth:`_schedule`). As one SimPy timeout each they would
+        run right there too: after this event (SimPy runs an instant's urgent events first)
+        and before the decision clock's timeout of that instant, which is scheduled after
+        every one of them (at the previous boundary, once the round's orders are placed).
         """
         sim = self.sim
         k = 0
@@ -159,6 +165,8 @@ class SupplyChainModel:
             k += 1
             yield _urgent_timeout(sim, k - sim.now)
             self._serve(_INF)
+            for handle, i, units in self._due.pop(k, ()):
+                handle(i, units)
 
     def _draw(self, k: int) -> None:
         """Draw period ``k``'s customers: arrival times and retailers, in arrival order."""
@@ -205,14 +213,17 @@ class SupplyChainModel:
         self.on_order[i] += units
         s = self.supplier[i]
         if s < 0:
-            self.sim.timeout(self.production_delay, (i, units)).callbacks.append(self._receive_cb)
+            self._schedule(self.production_delay, self._receive, i, units)
         elif self.order_delay == 0:
             self._order_arrives(s, i, units)
         else:
-            self.sim.timeout(self.order_delay, (i, units)).callbacks.append(self._arrive_cb)
+            self._schedule(self.order_delay, self._order_in, i, units)
 
-    def _order_arrives_event(self, event: simpy.Event) -> None:
-        buyer, units = event.value
+    def _schedule(self, delay: int, handle, i: int, units: int) -> None:
+        """``handle(i, units)`` at the boundary ``delay`` periods from now (run by _market)."""
+        self._due.setdefault(int(self.sim.now) + delay, []).append((handle, i, units))
+
+    def _order_in(self, buyer: int, units: int) -> None:
         self._order_arrives(self.supplier[buyer], buyer, units)
 
     def _order_arrives(self, s: int, buyer: int, units: int, count: bool = True) -> None:
@@ -229,10 +240,9 @@ class SupplyChainModel:
 
     def _ship(self, s: int, buyer: int, units: int) -> None:
         self.on_hand[s] -= units
-        self.sim.timeout(self.ship_delay, (buyer, units)).callbacks.append(self._receive_cb)
+        self._schedule(self.ship_delay, self._receive, buyer, units)
 
-    def _receive_event(self, event: simpy.Event) -> None:
-        i, units = event.value
+    def _receive(self, i: int, units: int) -> None:
         self._book(i)
         self.on_order[i] -= units
         self.on_hand[i] += units
