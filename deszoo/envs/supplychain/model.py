@@ -22,6 +22,7 @@ of mean demand per period of lead time.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from typing import Any
 
@@ -114,9 +115,7 @@ class SupplyChainModel:
         self.period = 0
         self.customers = [0] * n
         self.fill = [0] * n  # customers served from stock
-        self._arrivals: list[float] = []  # the running period's customers (see _market)
-        self._who: list[int] = []
-        self._next = 0
+        self._arrivals: list[list[float]] = []  # per retailer, the running period's customers
         # cost integrals (plain floats: this runs once per customer)
         self.cost_rate = [self.holding_cost * v for v in self.on_hand]
         self.cost_area = [0.0] * n
@@ -146,11 +145,11 @@ class SupplyChainModel:
 
         A customer touches nothing but its retailer, and nothing else happens between two
         period boundaries (logistics run at integer times). So a period's customers are
-        served together, in arrival order and each at its own arrival time, by one SimPy
-        event at the period's end that runs before the other events of that instant: the
-        same result as one event per customer, at a fraction of the cost. (A customer drawn
-        so close to a boundary that its arrival time rounds onto it, a chance of about
-        2**-47 per customer, is served before that instant's other events.)
+        served together, each at its own arrival time and each retailer's in arrival order,
+        by one SimPy event at the period's end that runs before the other events of that
+        instant: the same result as one event per customer, at a fraction of the cost. (A
+        customer drawn so close to a boundary that its arrival time rounds onto it, a chance
+        of about 2**-47 per customer, is served before that instant's other events.)
 
         The same event then runs the orders and shipments due at that boundary, in the
         order they were scheduled (:meth:`_schedule`). As one SimPy timeout each they would
@@ -169,39 +168,45 @@ class SupplyChainModel:
                 handle(i, units)
 
     def _draw(self, k: int) -> None:
-        """Draw period ``k``'s customers: arrival times and retailers, in arrival order."""
+        """Draw period ``k``'s customers: each retailer's arrival times, in order."""
         n_retail = self.widths[0]
         factor = 1.0 + self.seasonality * math.sin(2 * math.pi * (k + 0.5) / self.season)
-        counts = self.rng.poisson(self.demand_rate * factor, size=n_retail)
-        times = self.rng.random(int(counts.sum()))
-        who = np.repeat(np.arange(n_retail), counts)
-        order = np.argsort(times, kind="stable")
-        self._arrivals = (k + times[order]).tolist()
-        self._who = who[order].tolist()
-        self._next = 0
+        counts = self.rng.poisson(self.demand_rate * factor, size=n_retail).tolist()
+        times = self.rng.random(sum(counts)).tolist()  # retailer 0's first, then 1's, ...
+        self._arrivals = []
+        end = 0
+        for count in counts:
+            start, end = end, end + count
+            self._arrivals.append([k + t for t in sorted(times[start:end])])
 
     def _serve(self, until: float) -> None:
         """Serve the drawn customers who arrive before ``until``."""
-        times, who, j = self._arrivals, self._who, self._next
-        while j < len(times) and times[j] < until:
-            self._customer(who[j], times[j])
-            j += 1
-        self._next = j
+        for r, times in enumerate(self._arrivals):
+            if times and times[0] < until:
+                j = bisect_left(times, until)  # (the customers before until)
+                self._customers(r, times[:j])
+                del times[:j]
 
-    def _customer(self, r: int, now: float) -> None:
-        # runs once per customer: _book and _rate inlined
-        self.cost_area[r] += self.cost_rate[r] * (now - self.cost_t[r])
-        self.cost_t[r] = now
-        self.acc[r] += 1
-        self.customers[r] += 1
-        if self.on_hand[r] > 0:
-            self.on_hand[r] -= 1
-            self.fill[r] += 1
-        else:
-            self.backlog[r] += 1
-        self.cost_rate[r] = (
-            self.holding_cost * self.on_hand[r] + self.backlog_cost * self.backlog[r]
-        )
+    def _customers(self, r: int, times: list[float]) -> None:
+        """Serve retailer ``r``'s customers arriving at ``times`` (in order), one unit each:
+        from stock, else backlogged. (Each customer touches its retailer alone, so the
+        retailers may be served one after the other; plain local variables in the loop.)"""
+        h, b = self.holding_cost, self.backlog_cost
+        on_hand, backlog = self.on_hand[r], self.backlog[r]
+        area, last, rate = self.cost_area[r], self.cost_t[r], self.cost_rate[r]
+        for now in times:
+            area += rate * (now - last)  # the cost integral up to this arrival
+            last = now
+            if on_hand > 0:
+                on_hand -= 1
+            else:
+                backlog += 1
+            rate = h * on_hand + b * backlog
+        self.fill[r] += self.on_hand[r] - on_hand  # customers served from stock
+        self.customers[r] += len(times)
+        self.acc[r] += len(times)
+        self.on_hand[r], self.backlog[r] = on_hand, backlog
+        self.cost_area[r], self.cost_t[r], self.cost_rate[r] = area, last, rate
 
     # ---- orders and shipments -------------------------------------------------------
     def place_order(self, i: int, units: int) -> None:
