@@ -70,7 +70,6 @@ Version History:
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 
 import numpy as np
 from gymnasium import spaces
@@ -191,11 +190,9 @@ class SupplyChainEnv(SimPyParallelEnv):
             # items ordered by each action, per node
             self._qty = np.rint(self._unit[:, None] * np.arange(levels)[None, :]).astype(np.int64)
             self._orders = self._qty.tolist()
-            self._limit = ((lead + 1 + p.position_cap) * mean).tolist()
-            # Order sizes grow with the action, so the legal actions are a prefix:
-            # _prefix[m - 1] allows the first m of them.
-            self._prefix = np.tril(np.ones((levels, levels), dtype=np.int8))
-            self.every(1.0, m.place_order, mask=self._mask_fn, values=self._orders.__getitem__)
+            self._limit = (lead + 1 + p.position_cap) * mean  # largest inventory position
+            # The masks are written by _observe_all, from the positions it observes.
+            self.every(1.0, m.place_order, values=self._orders.__getitem__)
         static = np.zeros((n, N_OBS), dtype=np.float64)
         static[:, 8] = lead / (1 + lead)
         static[:, 9] = np.asarray(m.level) / max(1, len(p.widths) - 1)
@@ -203,11 +200,6 @@ class SupplyChainEnv(SimPyParallelEnv):
         self._rolled = 0.0  # the last period boundary at which the statistics rolled
 
     # ---- periodic decisions ---------------------------------------------------------
-    def _mask_fn(self, i: int) -> np.ndarray:
-        room = self._limit[i] - self.model.inventory_position(i)
-        allowed = bisect_right(self._orders[i], room)  # orders of at most room items
-        return self._prefix[max(allowed, 1) - 1]  # the no-op is always allowed
-
     def _flush(self, until: float) -> None:
         m, p = self.model, self.p
         costs = np.asarray(m.take_costs(until)) / p.demand_rate
@@ -230,6 +222,8 @@ class SupplyChainEnv(SimPyParallelEnv):
         x = np.array([m.on_hand, m.backlog, m.on_order, m.on_order, m.last_demand, m.forecast,
                       m.variance, m.last_order], dtype=np.float64)
         x[3] = x[0] + x[2] - x[1]
+        if not p.continuous and self.needs_buf[0]:  # (the nodes decide together, or none)
+            self._write_masks(x[3])
         x[6] = np.sqrt(x[6])
         x /= self._unit
         obs[:] = self._static
@@ -238,6 +232,13 @@ class SupplyChainEnv(SimPyParallelEnv):
         steps = p.max_steps
         phase = 2 * math.pi * now / p.season
         obs[:, 10:13] = (min(1.0, now / steps) if steps else 0.0, math.sin(phase), math.cos(phase))
+
+    def _write_masks(self, position: np.ndarray) -> None:
+        """Every node's mask: the orders that keep its inventory position within its limit
+        (a prefix of the actions, as order sizes grow with the action), and the no-op."""
+        room = self._limit - position
+        np.less_equal(self._qty, room[:, None], out=self.mask_buf)
+        self.mask_buf[:, NOOP] = 1
 
     def _state_all(self, out: np.ndarray) -> None:
         m, now, steps = self.model, self.sim.now, self.p.max_steps
