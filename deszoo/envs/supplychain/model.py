@@ -116,11 +116,12 @@ class SupplyChainModel:
         self.customers = [0] * n
         self.fill = [0] * n  # customers served from stock
         self._arrivals: list[list[float]] = []  # per retailer, the running period's customers
-        # cost integrals (plain floats: this runs once per customer)
-        self.cost_rate = [self.holding_cost * v for v in self.on_hand]
+        # cost integrals (plain floats: this runs once per customer): each node's cost since
+        # the last take_costs, up to cost_t; its cost rate follows from its state (_rate)
         self.cost_area = [0.0] * n
         self.cost_t = [0.0] * n
-        self._due: dict[int, list[tuple]] = {}  # period -> logistics due then (see _market)
+        self.boundary = 0  # the latest period boundary (the market's event runs first at each)
+        self._due: dict[int, list[tuple]] = {}  # boundary -> logistics due then (see _market)
         # steady-state pipelines: one period of mean demand per period of lead time
         for i in range(n):
             unit = int(round(self.mean[i]))
@@ -133,9 +134,9 @@ class SupplyChainModel:
             for tau in range(mail):  # orders in the mail; tau = 0 is handled right now
                 self.on_order[i] += unit
                 if tau == 0:
-                    self._order_arrives(s, i, unit, count=False)
+                    self._order_arrives(i, unit, count=False)
                 else:
-                    self._schedule(tau, self._order_in, i, unit)
+                    self._schedule(tau, self._order_arrives, i, unit)
         self.sim.process(self._market())
 
     # ---- customers ------------------------------------------------------------------
@@ -151,11 +152,13 @@ class SupplyChainModel:
         customer drawn so close to a boundary that its arrival time rounds onto it, a chance
         of about 2**-47 per customer, is served before that instant's other events.)
 
-        The same event then runs the orders and shipments due at that boundary, in the
-        order they were scheduled (:meth:`_schedule`). As one SimPy timeout each they would
-        run right there too: after this event (SimPy runs an instant's urgent events first)
-        and before the decision clock's timeout of that instant, which is scheduled after
-        every one of them (at the previous boundary, once the round's orders are placed).
+        The same event then brings every node's cost integral up to the boundary (so the
+        logistics, which all run at boundaries, need not) and runs the orders and shipments
+        due at that boundary, in the order they were scheduled (:meth:`_schedule`). As one
+        SimPy timeout each they would run right there too: after this event (SimPy runs an
+        instant's urgent events first) and before the decision clock's timeout of that
+        instant, which is scheduled after every one of them (at the previous boundary, once
+        the round's orders are placed).
         """
         sim = self.sim
         k = 0
@@ -164,6 +167,8 @@ class SupplyChainModel:
             k += 1
             yield _urgent_timeout(sim, k - sim.now)
             self._serve(_INF)
+            self._book_all(sim.now)
+            self.boundary = k
             for handle, i, units in self._due.pop(k, ()):
                 handle(i, units)
 
@@ -193,7 +198,7 @@ class SupplyChainModel:
         retailers may be served one after the other; plain local variables in the loop.)"""
         h, b = self.holding_cost, self.backlog_cost
         on_hand, backlog = self.on_hand[r], self.backlog[r]
-        area, last, rate = self.cost_area[r], self.cost_t[r], self.cost_rate[r]
+        area, last, rate = self.cost_area[r], self.cost_t[r], self._rate(r)
         for now in times:
             area += rate * (now - last)  # the cost integral up to this arrival
             last = now
@@ -206,9 +211,9 @@ class SupplyChainModel:
         self.customers[r] += len(times)
         self.acc[r] += len(times)
         self.on_hand[r], self.backlog[r] = on_hand, backlog
-        self.cost_area[r], self.cost_t[r], self.cost_rate[r] = area, last, rate
+        self.cost_area[r], self.cost_t[r] = area, last
 
-    # ---- orders and shipments -------------------------------------------------------
+    # ---- orders and shipments (at period boundaries: no cost to book, see _market) ----
     def place_order(self, i: int, units: int) -> None:
         """Node ``i`` orders ``units`` from its supplier (a factory starts production)."""
         self.last_order[i] = units
@@ -216,39 +221,35 @@ class SupplyChainModel:
         if units <= 0:
             return
         self.on_order[i] += units
-        s = self.supplier[i]
-        if s < 0:
+        if self.supplier[i] < 0:
             self._schedule(self.production_delay, self._receive, i, units)
         elif self.order_delay == 0:
-            self._order_arrives(s, i, units)
+            self._order_arrives(i, units)
         else:
-            self._schedule(self.order_delay, self._order_in, i, units)
+            self._schedule(self.order_delay, self._order_arrives, i, units)
 
     def _schedule(self, delay: int, handle, i: int, units: int) -> None:
         """``handle(i, units)`` at the boundary ``delay`` periods from now (run by _market)."""
-        self._due.setdefault(int(self.sim.now) + delay, []).append((handle, i, units))
+        self._due.setdefault(self.boundary + delay, []).append((handle, i, units))
 
-    def _order_in(self, buyer: int, units: int) -> None:
-        self._order_arrives(self.supplier[buyer], buyer, units)
-
-    def _order_arrives(self, s: int, buyer: int, units: int, count: bool = True) -> None:
+    def _order_arrives(self, buyer: int, units: int, count: bool = True) -> None:
+        """``buyer``'s order of ``units`` reaches its supplier."""
+        s = self.supplier[buyer]
         if count:
             self.acc[s] += units
-        self._book(s)
         ship = min(self.on_hand[s], units)  # on hand > 0 means nothing is owed
         if ship:
             self._ship(s, buyer, ship)
         if units > ship:
             self.owed[s].append([buyer, units - ship])
             self.backlog[s] += units - ship
-        self._rate(s)
 
     def _ship(self, s: int, buyer: int, units: int) -> None:
         self.on_hand[s] -= units
         self._schedule(self.ship_delay, self._receive, buyer, units)
 
     def _receive(self, i: int, units: int) -> None:
-        self._book(i)
+        """``units`` items (a shipment, or a factory's production) reach node ``i``."""
         self.on_order[i] -= units
         self.on_hand[i] += units
         if self.level[i] == 0:
@@ -265,27 +266,28 @@ class SupplyChainModel:
                 entry[1] -= ship
                 if not entry[1]:
                     owed.popleft()
-        self._rate(i)
 
     # ---- bookkeeping -----------------------------------------------------------------
-    def _book(self, i: int) -> None:
-        now = self.sim.now
-        self.cost_area[i] += self.cost_rate[i] * (now - self.cost_t[i])
-        self.cost_t[i] = now
+    def _rate(self, i: int) -> float:
+        """Node ``i``'s cost per period now."""
+        return self.holding_cost * self.on_hand[i] + self.backlog_cost * self.backlog[i]
 
-    def _rate(self, i: int) -> None:
-        self.cost_rate[i] = (
-            self.holding_cost * self.on_hand[i] + self.backlog_cost * self.backlog[i]
-        )
+    def _book_all(self, now: float) -> None:
+        """Bring every node's cost integral up to ``now``."""
+        h, b, area, since = self.holding_cost, self.backlog_cost, self.cost_area, self.cost_t
+        for i, (on_hand, backlog) in enumerate(zip(self.on_hand, self.backlog)):
+            area[i] += (h * on_hand + b * backlog) * (now - since[i])  # (_rate, inlined)
+            since[i] = now
 
     def take_costs(self, t: float) -> list[float]:
         """Each node's holding + backlog cost since the last call, up to time ``t``."""
         self._serve(t)  # (t falls inside a period only when max_time ends the episode)
-        out = []
-        for i in range(self.n_nodes):
-            out.append(self.cost_area[i] + self.cost_rate[i] * (t - self.cost_t[i]))
-            self.cost_area[i] = 0.0
-            self.cost_t[i] = t
+        h, b = self.holding_cost, self.backlog_cost
+        out = [area + (h * on_hand + b * backlog) * (t - since)  # (_rate, inlined)
+               for area, since, on_hand, backlog
+               in zip(self.cost_area, self.cost_t, self.on_hand, self.backlog)]
+        self.cost_area = [0.0] * self.n_nodes
+        self.cost_t = [t] * self.n_nodes
         return out
 
     def close_period(self) -> None:
