@@ -197,16 +197,18 @@ class SupplyChainEnv(SimPyParallelEnv):
         static[:, 8] = lead / (1 + lead)
         static[:, 9] = np.asarray(m.level) / max(1, len(p.widths) - 1)
         self._static = static
+        self._clock = np.zeros(3)  # the observation's last three entries (see _observe_all)
         self._rolled = 0.0  # the last period boundary at which the statistics rolled
 
     # ---- periodic decisions ---------------------------------------------------------
     def _flush(self, until: float) -> None:
         m, p = self.model, self.p
-        costs = np.asarray(m.take_costs(until)) / p.demand_rate
+        rate = p.demand_rate
+        costs = [c / rate for c in m.take_costs(until)]
         if p.reward == "team":
-            self.rew_buf -= np.float32(costs.sum() / len(costs))
+            self.rew_buf -= np.float32(np.sum(costs) / len(costs))
         else:
-            self.rew_buf -= costs.astype(np.float32)
+            self.rew_buf -= np.array(costs, dtype=np.float32)
         # A period boundary: roll the demand statistics once all of the boundary's events
         # have run, before the nodes observe and order.
         if until >= self._rolled + 1.0:
@@ -217,21 +219,21 @@ class SupplyChainEnv(SimPyParallelEnv):
     def _observe_all(self, obs: np.ndarray) -> None:
         """Every node's observation at once (vectorised over nodes)."""
         m, p = self.model, self.p
-        # the eight quantities, one row each (columns: nodes), in order units; row 3 (the
-        # inventory position) and row 6 (the forecast error std) are derived in place
-        x = np.array([m.on_hand, m.backlog, m.on_order, m.on_order, m.last_demand, m.forecast,
-                      m.variance, m.last_order], dtype=np.float64)
-        x[3] = x[0] + x[2] - x[1]
+        # the eight quantities, one row each (columns: nodes), in order units; row 6 (the
+        # forecast error std) is derived in place
+        x = np.array([m.on_hand, m.backlog, m.on_order, m.inventory_positions(), m.last_demand,
+                      m.forecast, m.variance, m.last_order], dtype=np.float64)
         if not p.continuous and self.needs_buf[0]:  # (the nodes decide together, or none)
             self._write_masks(x[3])
-        x[6] = np.sqrt(x[6])
+        np.sqrt(x[6], out=x[6])
         x /= self._unit
         obs[:] = self._static
         obs[:, :8] = (x / (SCALE + np.abs(x))).T
-        now = self.sim.now
-        steps = p.max_steps
+        now, steps, clock = self.sim.now, p.max_steps, self._clock
         phase = 2 * math.pi * now / p.season
-        obs[:, 10:13] = (min(1.0, now / steps) if steps else 0.0, math.sin(phase), math.cos(phase))
+        clock[0] = min(1.0, now / steps) if steps else 0.0
+        clock[1], clock[2] = math.sin(phase), math.cos(phase)
+        obs[:, 10:13] = clock
 
     def _write_masks(self, position: np.ndarray) -> None:
         """Every node's mask: the orders that keep its inventory position within its limit

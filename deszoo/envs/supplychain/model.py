@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections import deque
+from collections import defaultdict, deque
 from typing import Any
 
 import numpy as np
@@ -121,7 +121,8 @@ class SupplyChainModel:
         self.cost_area = [0.0] * n
         self.cost_t = [0.0] * n
         self.boundary = 0  # the latest period boundary (the market's event runs first at each)
-        self._due: dict[int, list[tuple]] = {}  # boundary -> logistics due then (see _market)
+        self._due: defaultdict[int, list[tuple]] = defaultdict(list)  # boundary -> logistics
+        # due then, in the order they were scheduled (see _market)
         # steady-state pipelines: one period of mean demand per period of lead time
         for i in range(n):
             unit = int(round(self.mean[i]))
@@ -230,7 +231,7 @@ class SupplyChainModel:
 
     def _schedule(self, delay: int, handle, i: int, units: int) -> None:
         """``handle(i, units)`` at the boundary ``delay`` periods from now (run by _market)."""
-        self._due.setdefault(self.boundary + delay, []).append((handle, i, units))
+        self._due[self.boundary + delay].append((handle, i, units))
 
     def _order_arrives(self, buyer: int, units: int, count: bool = True) -> None:
         """``buyer``'s order of ``units`` reaches its supplier."""
@@ -293,18 +294,21 @@ class SupplyChainModel:
     def close_period(self) -> None:
         """End the running period: update every node's demand statistics and forecast."""
         a = FORECAST_ALPHA
-        for i in range(self.n_nodes):
-            d = self.acc[i]
-            self.acc[i] = 0
-            self.last_demand[i] = d
-            err = d - self.forecast[i]
-            self.forecast[i] += a * err
-            self.variance[i] = (1 - a) * self.variance[i] + a * err * err
+        self.last_demand, self.acc = self.acc, [0] * self.n_nodes
+        forecast, variance = self.forecast, self.variance
+        for i, d in enumerate(self.last_demand):
+            err = d - forecast[i]
+            forecast[i] += a * err
+            variance[i] = (1 - a) * variance[i] + a * err * err
         self.demand_log.append(sum(self.last_demand[: self.widths[0]]))
         self.period += 1
 
     def inventory_position(self, i: int) -> int:
         return self.on_hand[i] + self.on_order[i] - self.backlog[i]
+
+    def inventory_positions(self) -> list[int]:
+        """Every node's inventory position (on hand + on order - backlog)."""
+        return [a + b - c for a, b, c in zip(self.on_hand, self.on_order, self.backlog)]
 
     def bullwhip(self) -> list[float]:
         """Per echelon: variance of its total orders per period / variance of customer demand."""
