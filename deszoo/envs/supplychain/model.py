@@ -178,12 +178,12 @@ class SupplyChainModel:
         n_retail = self.widths[0]
         factor = 1.0 + self.seasonality * math.sin(2 * math.pi * (k + 0.5) / self.season)
         counts = self.rng.poisson(self.demand_rate * factor, size=n_retail).tolist()
-        times = self.rng.random(sum(counts)).tolist()  # retailer 0's first, then 1's, ...
+        times = (k + self.rng.random(sum(counts))).tolist()  # retailer 0's, then 1's, ...
         self._arrivals = []
         end = 0
         for count in counts:
             start, end = end, end + count
-            self._arrivals.append([k + t for t in sorted(times[start:end])])
+            self._arrivals.append(sorted(times[start:end]))
 
     def _serve(self, until: float) -> None:
         """Serve the drawn customers who arrive before ``until``."""
