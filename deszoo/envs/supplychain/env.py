@@ -183,14 +183,21 @@ class SupplyChainEnv(SimPyParallelEnv):
         mean = np.asarray(m.mean)
         lead = np.asarray(m.lead, dtype=np.float64)
         self._unit = p.max_order * mean / (levels - 1)  # order unit per node
+        # ... once per observed quantity: dividing by it needs no broadcasting (quicker on
+        # arrays this small)
+        self._units = np.tile(self._unit, (8, 1))
         if p.continuous:  # action a (periods of mean demand) -> round(a * mean) items
             self._orders = [_order_of(float(x)) for x in mean]
             self.every(1.0, m.place_order, values=self._orders.__getitem__)
         else:
             # items ordered by each action, per node
-            self._qty = np.rint(self._unit[:, None] * np.arange(levels)[None, :]).astype(np.int64)
-            self._orders = self._qty.tolist()
+            qty = np.rint(self._unit[:, None] * np.arange(levels)[None, :]).astype(np.int64)
+            self._orders = qty.tolist()
             self._limit = (lead + 1 + p.position_cap) * mean  # largest inventory position
+            # action a is allowed when its order fits under the limit: the room needed, per
+            # node and action (-inf for the no-op, always allowed)
+            self._need = qty.astype(np.float64)
+            self._need[:, NOOP] = -np.inf
             # The masks are written by _observe_all, from the positions it observes.
             self.every(1.0, m.place_order, values=self._orders.__getitem__)
         static = np.zeros((n, N_OBS), dtype=np.float64)
@@ -226,7 +233,7 @@ class SupplyChainEnv(SimPyParallelEnv):
         if not p.continuous and self.needs_buf[0]:  # (the nodes decide together, or none)
             self._write_masks(x[3])
         np.sqrt(x[6], out=x[6])
-        x /= self._unit
+        x /= self._units
         obs[:] = self._static
         obs[:, :8] = (x / (SCALE + np.abs(x))).T
         now, steps, clock = self.sim.now, p.max_steps, self._clock
@@ -239,8 +246,7 @@ class SupplyChainEnv(SimPyParallelEnv):
         """Every node's mask: the orders that keep its inventory position within its limit
         (a prefix of the actions, as order sizes grow with the action), and the no-op."""
         room = self._limit - position
-        np.less_equal(self._qty, room[:, None], out=self.mask_buf)
-        self.mask_buf[:, NOOP] = 1
+        np.less_equal(self._need, room[:, None], out=self.mask_buf)
 
     def _state_all(self, out: np.ndarray) -> None:
         m, now, steps = self.model, self.sim.now, self.p.max_steps
