@@ -281,14 +281,13 @@ class SupplyChainModel:
             since[i] = now
 
     def take_costs(self, t: float) -> list[float]:
-        """Each node's holding + backlog cost since the last call, up to time ``t``."""
-        self._serve(t)  # (t falls inside a period only when max_time ends the episode)
-        h, b = self.holding_cost, self.backlog_cost
-        out = [area + (h * on_hand + b * backlog) * (t - since)  # (_rate, inlined)
-               for area, since, on_hand, backlog
-               in zip(self.cost_area, self.cost_t, self.on_hand, self.backlog)]
-        self.cost_area = [0.0] * self.n_nodes
-        self.cost_t = [t] * self.n_nodes
+        """Each node's holding + backlog cost since the last call, up to time ``t`` (not
+        before the latest period boundary)."""
+        if t > self.boundary:  # inside a period: only when max_time ends the episode
+            self._serve(t)
+            self._book_all(t)
+        # (at the boundary itself every integral is up to date: the market's event booked it)
+        out, self.cost_area = self.cost_area, [0.0] * self.n_nodes
         return out
 
     def close_period(self) -> None:
