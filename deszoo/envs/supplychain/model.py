@@ -121,8 +121,8 @@ class SupplyChainModel:
         self.cost_area = [0.0] * n
         self.cost_t = [0.0] * n
         self.boundary = 0  # the latest period boundary (the market's event runs first at each)
-        self._due: defaultdict[int, list[tuple]] = defaultdict(list)  # boundary -> logistics
-        # due then, in the order they were scheduled (see _market)
+        # boundary -> the orders and shipments due then, in the order they were scheduled
+        self._due: defaultdict[int, list[tuple]] = defaultdict(list)
         # steady-state pipelines: one period of mean demand per period of lead time
         for i in range(n):
             unit = int(round(self.mean[i]))
