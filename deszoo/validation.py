@@ -514,15 +514,16 @@ def supplychain_base_stock(
             backlog.update(sim.now, model.backlog[0])
 
     hook = EventHook(env, after_event)
-    serve = model._customer
+    serve = model._customers
 
-    def customer(r: int, now: float) -> None:
-        serve(r, now)
-        if on_hand is not None:
-            on_hand.update(now, model.on_hand[0])
-            backlog.update(now, model.backlog[0])
+    def customers(r: int, times: list[float]) -> None:
+        for now in times:  # one at a time, sampled after each
+            serve(r, [now])
+            if on_hand is not None:
+                on_hand.update(now, model.on_hand[0])
+                backlog.update(now, model.backlog[0])
 
-    model._customer = customer
+    model._customers = customers
     acts = np.zeros(1, dtype=np.int64)
     start = None
     while not env.episode_over:

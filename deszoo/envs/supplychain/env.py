@@ -70,7 +70,6 @@ Version History:
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 
 import numpy as np
 from gymnasium import spaces
@@ -184,37 +183,39 @@ class SupplyChainEnv(SimPyParallelEnv):
         mean = np.asarray(m.mean)
         lead = np.asarray(m.lead, dtype=np.float64)
         self._unit = p.max_order * mean / (levels - 1)  # order unit per node
+        # ... once per observed quantity: dividing by it needs no broadcasting (quicker on
+        # arrays this small)
+        self._units = np.tile(self._unit, (8, 1))
         if p.continuous:  # action a (periods of mean demand) -> round(a * mean) items
             self._orders = [_order_of(float(x)) for x in mean]
             self.every(1.0, m.place_order, values=self._orders.__getitem__)
         else:
             # items ordered by each action, per node
-            self._qty = np.rint(self._unit[:, None] * np.arange(levels)[None, :]).astype(np.int64)
-            self._orders = self._qty.tolist()
-            self._limit = ((lead + 1 + p.position_cap) * mean).tolist()
-            # Order sizes grow with the action, so the legal actions are a prefix:
-            # _prefix[m - 1] allows the first m of them.
-            self._prefix = np.tril(np.ones((levels, levels), dtype=np.int8))
-            self.every(1.0, m.place_order, mask=self._mask_fn, values=self._orders.__getitem__)
+            qty = np.rint(self._unit[:, None] * np.arange(levels)[None, :]).astype(np.int64)
+            self._orders = qty.tolist()
+            self._limit = (lead + 1 + p.position_cap) * mean  # largest inventory position
+            # action a is allowed when its order fits under the limit: the room needed, per
+            # node and action (-inf for the no-op, always allowed)
+            self._need = qty.astype(np.float64)
+            self._need[:, NOOP] = -np.inf
+            # The masks are written by _observe_all, from the positions it observes.
+            self.every(1.0, m.place_order, values=self._orders.__getitem__)
         static = np.zeros((n, N_OBS), dtype=np.float64)
         static[:, 8] = lead / (1 + lead)
         static[:, 9] = np.asarray(m.level) / max(1, len(p.widths) - 1)
         self._static = static
+        self._clock = np.zeros(3)  # the observation's last three entries (see _observe_all)
         self._rolled = 0.0  # the last period boundary at which the statistics rolled
 
     # ---- periodic decisions ---------------------------------------------------------
-    def _mask_fn(self, i: int) -> np.ndarray:
-        room = self._limit[i] - self.model.inventory_position(i)
-        allowed = bisect_right(self._orders[i], room)  # orders of at most room items
-        return self._prefix[max(allowed, 1) - 1]  # the no-op is always allowed
-
     def _flush(self, until: float) -> None:
         m, p = self.model, self.p
-        costs = np.asarray(m.take_costs(until)) / p.demand_rate
+        rate = p.demand_rate
+        costs = [c / rate for c in m.take_costs(until)]
         if p.reward == "team":
-            self.rew_buf -= np.float32(costs.sum() / len(costs))
+            self.rew_buf -= np.float32(np.sum(costs) / len(costs))
         else:
-            self.rew_buf -= costs.astype(np.float32)
+            self.rew_buf -= np.array(costs, dtype=np.float32)
         # A period boundary: roll the demand statistics once all of the boundary's events
         # have run, before the nodes observe and order.
         if until >= self._rolled + 1.0:
@@ -225,19 +226,27 @@ class SupplyChainEnv(SimPyParallelEnv):
     def _observe_all(self, obs: np.ndarray) -> None:
         """Every node's observation at once (vectorised over nodes)."""
         m, p = self.model, self.p
-        # the eight quantities, one row each (columns: nodes), in order units; row 3 (the
-        # inventory position) and row 6 (the forecast error std) are derived in place
-        x = np.array([m.on_hand, m.backlog, m.on_order, m.on_order, m.last_demand, m.forecast,
-                      m.variance, m.last_order], dtype=np.float64)
-        x[3] = x[0] + x[2] - x[1]
-        x[6] = np.sqrt(x[6])
-        x /= self._unit
+        # the eight quantities, one row each (columns: nodes), in order units; row 6 (the
+        # forecast error std) is derived in place
+        x = np.array([m.on_hand, m.backlog, m.on_order, m.inventory_positions(), m.last_demand,
+                      m.forecast, m.variance, m.last_order], dtype=np.float64)
+        if not p.continuous and self.needs_buf[0]:  # (the nodes decide together, or none)
+            self._write_masks(x[3])
+        np.sqrt(x[6], out=x[6])
+        x /= self._units
         obs[:] = self._static
         obs[:, :8] = (x / (SCALE + np.abs(x))).T
-        now = self.sim.now
-        steps = p.max_steps
+        now, steps, clock = self.sim.now, p.max_steps, self._clock
         phase = 2 * math.pi * now / p.season
-        obs[:, 10:13] = (min(1.0, now / steps) if steps else 0.0, math.sin(phase), math.cos(phase))
+        clock[0] = min(1.0, now / steps) if steps else 0.0
+        clock[1], clock[2] = math.sin(phase), math.cos(phase)
+        obs[:, 10:13] = clock
+
+    def _write_masks(self, position: np.ndarray) -> None:
+        """Every node's mask: the orders that keep its inventory position within its limit
+        (a prefix of the actions, as order sizes grow with the action), and the no-op."""
+        room = self._limit - position
+        np.less_equal(self._need, room[:, None], out=self.mask_buf)
 
     def _state_all(self, out: np.ndarray) -> None:
         m, now, steps = self.model, self.sim.now, self.p.max_steps

@@ -22,7 +22,8 @@ of mean demand per period of lead time.
 from __future__ import annotations
 
 import math
-from collections import deque
+from bisect import bisect_left
+from collections import defaultdict, deque
 from typing import Any
 
 import numpy as np
@@ -114,15 +115,14 @@ class SupplyChainModel:
         self.period = 0
         self.customers = [0] * n
         self.fill = [0] * n  # customers served from stock
-        self._arrivals: list[float] = []  # the running period's customers (see _market)
-        self._who: list[int] = []
-        self._next = 0
-        # cost integrals (plain floats: this runs once per customer)
-        self.cost_rate = [self.holding_cost * v for v in self.on_hand]
+        self._arrivals: list[list[float]] = []  # per retailer, the running period's customers
+        # cost integrals (plain floats: this runs once per customer): each node's cost since
+        # the last take_costs, up to cost_t; its cost rate follows from its state (_rate)
         self.cost_area = [0.0] * n
         self.cost_t = [0.0] * n
-        self._arrive_cb = self._order_arrives_event
-        self._receive_cb = self._receive_event
+        self.boundary = 0  # the latest period boundary (the market's event runs first at each)
+        # boundary -> the orders and shipments due then, in the order they were scheduled
+        self._due: defaultdict[int, list[tuple]] = defaultdict(list)
         # steady-state pipelines: one period of mean demand per period of lead time
         for i in range(n):
             unit = int(round(self.mean[i]))
@@ -131,26 +131,35 @@ class SupplyChainModel:
             mail = 0 if s < 0 else self.order_delay
             for tau in range(1, transit):  # shipments (or production) under way
                 self.on_order[i] += unit
-                self.sim.timeout(tau, (i, unit)).callbacks.append(self._receive_cb)
+                self._schedule(tau, self._receive, i, unit)
             for tau in range(mail):  # orders in the mail; tau = 0 is handled right now
                 self.on_order[i] += unit
                 if tau == 0:
-                    self._order_arrives(s, i, unit, count=False)
+                    self._order_arrives(i, unit, count=False)
                 else:
-                    self.sim.timeout(tau, (i, unit)).callbacks.append(self._arrive_cb)
+                    self._schedule(tau, self._order_arrives, i, unit)
         self.sim.process(self._market())
 
     # ---- customers ------------------------------------------------------------------
     def _market(self):
-        """Poisson customers at every retailer, drawn a period at a time.
+        """Poisson customers at every retailer, drawn a period at a time; at each period's
+        end, the logistics due then.
 
         A customer touches nothing but its retailer, and nothing else happens between two
         period boundaries (logistics run at integer times). So a period's customers are
-        served together, in arrival order and each at its own arrival time, by one SimPy
-        event at the period's end that runs before the other events of that instant: the
-        same result as one event per customer, at a fraction of the cost. (A customer drawn
-        so close to a boundary that its arrival time rounds onto it, a chance of about
-        2**-47 per customer, is served before that instant's other events.)
+        served together, each at its own arrival time and each retailer's in arrival order,
+        by one SimPy event at the period's end that runs before the other events of that
+        instant: the same result as one event per customer, at a fraction of the cost. (A
+        customer drawn so close to a boundary that its arrival time rounds onto it, a chance
+        of about 2**-47 per customer, is served before that instant's other events.)
+
+        The same event then brings every node's cost integral up to the boundary (so the
+        logistics, which all run at boundaries, need not) and runs the orders and shipments
+        due at that boundary, in the order they were scheduled (:meth:`_schedule`). As one
+        SimPy timeout each they would run right there too: after this event (SimPy runs an
+        instant's urgent events first) and before the decision clock's timeout of that
+        instant, which is scheduled after every one of them (at the previous boundary, once
+        the round's orders are placed).
         """
         sim = self.sim
         k = 0
@@ -159,43 +168,53 @@ class SupplyChainModel:
             k += 1
             yield _urgent_timeout(sim, k - sim.now)
             self._serve(_INF)
+            self._book_all(sim.now)
+            self.boundary = k
+            for handle, i, units in self._due.pop(k, ()):
+                handle(i, units)
 
     def _draw(self, k: int) -> None:
-        """Draw period ``k``'s customers: arrival times and retailers, in arrival order."""
+        """Draw period ``k``'s customers: each retailer's arrival times, in order."""
         n_retail = self.widths[0]
         factor = 1.0 + self.seasonality * math.sin(2 * math.pi * (k + 0.5) / self.season)
-        counts = self.rng.poisson(self.demand_rate * factor, size=n_retail)
-        times = self.rng.random(int(counts.sum()))
-        who = np.repeat(np.arange(n_retail), counts)
-        order = np.argsort(times, kind="stable")
-        self._arrivals = (k + times[order]).tolist()
-        self._who = who[order].tolist()
-        self._next = 0
+        counts = self.rng.poisson(self.demand_rate * factor, size=n_retail).tolist()
+        times = (k + self.rng.random(sum(counts))).tolist()  # retailer 0's, then 1's, ...
+        self._arrivals = []
+        end = 0
+        for count in counts:
+            start, end = end, end + count
+            self._arrivals.append(sorted(times[start:end]))
 
     def _serve(self, until: float) -> None:
         """Serve the drawn customers who arrive before ``until``."""
-        times, who, j = self._arrivals, self._who, self._next
-        while j < len(times) and times[j] < until:
-            self._customer(who[j], times[j])
-            j += 1
-        self._next = j
+        for r, times in enumerate(self._arrivals):
+            if times and times[0] < until:
+                j = bisect_left(times, until)  # (the customers before until)
+                self._customers(r, times[:j])
+                del times[:j]
 
-    def _customer(self, r: int, now: float) -> None:
-        # runs once per customer: _book and _rate inlined
-        self.cost_area[r] += self.cost_rate[r] * (now - self.cost_t[r])
-        self.cost_t[r] = now
-        self.acc[r] += 1
-        self.customers[r] += 1
-        if self.on_hand[r] > 0:
-            self.on_hand[r] -= 1
-            self.fill[r] += 1
-        else:
-            self.backlog[r] += 1
-        self.cost_rate[r] = (
-            self.holding_cost * self.on_hand[r] + self.backlog_cost * self.backlog[r]
-        )
+    def _customers(self, r: int, times: list[float]) -> None:
+        """Serve retailer ``r``'s customers arriving at ``times`` (in order), one unit each:
+        from stock, else backlogged. (Each customer touches its retailer alone, so the
+        retailers may be served one after the other; plain local variables in the loop.)"""
+        h, b = self.holding_cost, self.backlog_cost
+        on_hand, backlog = self.on_hand[r], self.backlog[r]
+        area, last, rate = self.cost_area[r], self.cost_t[r], self._rate(r)
+        for now in times:
+            area += rate * (now - last)  # the cost integral up to this arrival
+            last = now
+            if on_hand > 0:
+                on_hand -= 1
+            else:
+                backlog += 1
+            rate = h * on_hand + b * backlog
+        self.fill[r] += self.on_hand[r] - on_hand  # customers served from stock
+        self.customers[r] += len(times)
+        self.acc[r] += len(times)
+        self.on_hand[r], self.backlog[r] = on_hand, backlog
+        self.cost_area[r], self.cost_t[r] = area, last
 
-    # ---- orders and shipments -------------------------------------------------------
+    # ---- orders and shipments (at period boundaries: no cost to book, see _market) ----
     def place_order(self, i: int, units: int) -> None:
         """Node ``i`` orders ``units`` from its supplier (a factory starts production)."""
         self.last_order[i] = units
@@ -203,37 +222,35 @@ class SupplyChainModel:
         if units <= 0:
             return
         self.on_order[i] += units
-        s = self.supplier[i]
-        if s < 0:
-            self.sim.timeout(self.production_delay, (i, units)).callbacks.append(self._receive_cb)
+        if self.supplier[i] < 0:
+            self._schedule(self.production_delay, self._receive, i, units)
         elif self.order_delay == 0:
-            self._order_arrives(s, i, units)
+            self._order_arrives(i, units)
         else:
-            self.sim.timeout(self.order_delay, (i, units)).callbacks.append(self._arrive_cb)
+            self._schedule(self.order_delay, self._order_arrives, i, units)
 
-    def _order_arrives_event(self, event: simpy.Event) -> None:
-        buyer, units = event.value
-        self._order_arrives(self.supplier[buyer], buyer, units)
+    def _schedule(self, delay: int, handle, i: int, units: int) -> None:
+        """``handle(i, units)`` at the boundary ``delay`` periods from now (run by _market)."""
+        self._due[self.boundary + delay].append((handle, i, units))
 
-    def _order_arrives(self, s: int, buyer: int, units: int, count: bool = True) -> None:
+    def _order_arrives(self, buyer: int, units: int, count: bool = True) -> None:
+        """``buyer``'s order of ``units`` reaches its supplier."""
+        s = self.supplier[buyer]
         if count:
             self.acc[s] += units
-        self._book(s)
         ship = min(self.on_hand[s], units)  # on hand > 0 means nothing is owed
         if ship:
             self._ship(s, buyer, ship)
         if units > ship:
             self.owed[s].append([buyer, units - ship])
             self.backlog[s] += units - ship
-        self._rate(s)
 
     def _ship(self, s: int, buyer: int, units: int) -> None:
         self.on_hand[s] -= units
-        self.sim.timeout(self.ship_delay, (buyer, units)).callbacks.append(self._receive_cb)
+        self._schedule(self.ship_delay, self._receive, buyer, units)
 
-    def _receive_event(self, event: simpy.Event) -> None:
-        i, units = event.value
-        self._book(i)
+    def _receive(self, i: int, units: int) -> None:
+        """``units`` items (a shipment, or a factory's production) reach node ``i``."""
         self.on_order[i] -= units
         self.on_hand[i] += units
         if self.level[i] == 0:
@@ -250,44 +267,47 @@ class SupplyChainModel:
                 entry[1] -= ship
                 if not entry[1]:
                     owed.popleft()
-        self._rate(i)
 
     # ---- bookkeeping -----------------------------------------------------------------
-    def _book(self, i: int) -> None:
-        now = self.sim.now
-        self.cost_area[i] += self.cost_rate[i] * (now - self.cost_t[i])
-        self.cost_t[i] = now
+    def _rate(self, i: int) -> float:
+        """Node ``i``'s cost per period now."""
+        return self.holding_cost * self.on_hand[i] + self.backlog_cost * self.backlog[i]
 
-    def _rate(self, i: int) -> None:
-        self.cost_rate[i] = (
-            self.holding_cost * self.on_hand[i] + self.backlog_cost * self.backlog[i]
-        )
+    def _book_all(self, now: float) -> None:
+        """Bring every node's cost integral up to ``now``."""
+        h, b, area, since = self.holding_cost, self.backlog_cost, self.cost_area, self.cost_t
+        for i, (on_hand, backlog) in enumerate(zip(self.on_hand, self.backlog)):
+            area[i] += (h * on_hand + b * backlog) * (now - since[i])  # (_rate, inlined)
+            since[i] = now
 
     def take_costs(self, t: float) -> list[float]:
-        """Each node's holding + backlog cost since the last call, up to time ``t``."""
-        self._serve(t)  # (t falls inside a period only when max_time ends the episode)
-        out = []
-        for i in range(self.n_nodes):
-            out.append(self.cost_area[i] + self.cost_rate[i] * (t - self.cost_t[i]))
-            self.cost_area[i] = 0.0
-            self.cost_t[i] = t
+        """Each node's holding + backlog cost since the last call, up to time ``t`` (not
+        before the latest period boundary)."""
+        if t > self.boundary:  # inside a period: only when max_time ends the episode
+            self._serve(t)
+            self._book_all(t)
+        # (at the boundary itself every integral is up to date: the market's event booked it)
+        out, self.cost_area = self.cost_area, [0.0] * self.n_nodes
         return out
 
     def close_period(self) -> None:
         """End the running period: update every node's demand statistics and forecast."""
         a = FORECAST_ALPHA
-        for i in range(self.n_nodes):
-            d = self.acc[i]
-            self.acc[i] = 0
-            self.last_demand[i] = d
-            err = d - self.forecast[i]
-            self.forecast[i] += a * err
-            self.variance[i] = (1 - a) * self.variance[i] + a * err * err
+        self.last_demand, self.acc = self.acc, [0] * self.n_nodes
+        forecast, variance = self.forecast, self.variance
+        for i, d in enumerate(self.last_demand):
+            err = d - forecast[i]
+            forecast[i] += a * err
+            variance[i] = (1 - a) * variance[i] + a * err * err
         self.demand_log.append(sum(self.last_demand[: self.widths[0]]))
         self.period += 1
 
     def inventory_position(self, i: int) -> int:
         return self.on_hand[i] + self.on_order[i] - self.backlog[i]
+
+    def inventory_positions(self) -> list[int]:
+        """Every node's inventory position (on hand + on order - backlog)."""
+        return [a + b - c for a, b, c in zip(self.on_hand, self.on_order, self.backlog)]
 
     def bullwhip(self) -> list[float]:
         """Per echelon: variance of its total orders per period / variance of customer demand."""
