@@ -137,7 +137,7 @@ class ElevatorModel:
         wait = self.wait_area + self.waiting * (t - self.wait_t)
         self.wait_area, self.wait_t = 0.0, t
         ride = [area + car.load * (t - since)
-                for car, area, since in zip(self.cars, self.ride_area, self.ride_t)]
+                for car, area, since in zip(self.cars, self.ride_area, self.ride_t, strict=True)]
         self.ride_area = [0.0] * self.n_cars
         self.ride_t = [t] * self.n_cars
         return wait, ride

@@ -170,7 +170,8 @@ class LoadBalanceEnv(SimPyParallelEnv):
         cap, maxc = p.queue_capacity, self._max_servers
         row = [0.0] * g  # the global part of a row not deciding: only the time is set
         row[1] = min(1.0, self.sim.now / p.horizon)
-        for pool in self.model.pools:  # runs per pool per step: full() inline, 0 wait if a server is free
+        # per pool, every step: full() inline, and no expected_wait() call with a free server
+        for pool in self.model.pools:
             c, busy, waiting = pool.servers, len(pool.users), len(pool.queue)
             w = pool.expected_wait() if busy >= c else 0.0
             row += (

@@ -276,7 +276,7 @@ class SupplyChainModel:
     def _book_all(self, now: float) -> None:
         """Bring every node's cost integral up to ``now``."""
         h, b, area, since = self.holding_cost, self.backlog_cost, self.cost_area, self.cost_t
-        for i, (on_hand, backlog) in enumerate(zip(self.on_hand, self.backlog)):
+        for i, (on_hand, backlog) in enumerate(zip(self.on_hand, self.backlog, strict=True)):
             area[i] += (h * on_hand + b * backlog) * (now - since[i])  # (_rate, inlined)
             since[i] = now
 
@@ -307,7 +307,8 @@ class SupplyChainModel:
 
     def inventory_positions(self) -> list[int]:
         """Every node's inventory position (on hand + on order - backlog)."""
-        return [a + b - c for a, b, c in zip(self.on_hand, self.on_order, self.backlog)]
+        return [a + b - c
+                for a, b, c in zip(self.on_hand, self.on_order, self.backlog, strict=True)]
 
     def bullwhip(self) -> list[float]:
         """Per echelon: variance of its total orders per period / variance of customer demand."""
