@@ -275,9 +275,9 @@ class SupplyChainModel:
 
     def _book_all(self, now: float) -> None:
         """Bring every node's cost integral up to ``now``."""
-        h, b, area, since = self.holding_cost, self.backlog_cost, self.cost_area, self.cost_t
-        for i, (on_hand, backlog) in enumerate(zip(self.on_hand, self.backlog, strict=True)):
-            area[i] += (h * on_hand + b * backlog) * (now - since[i])  # (_rate, inlined)
+        area, since = self.cost_area, self.cost_t
+        for i in range(self.n_nodes):
+            area[i] += self._rate(i) * (now - since[i])
             since[i] = now
 
     def take_costs(self, t: float) -> list[float]:
