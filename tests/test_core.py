@@ -143,6 +143,42 @@ def test_periodic_mode_asks_every_live_agent_every_dt():
     assert [d[0] for d in env.decisions] == [0.0, 0.0, 2.0, 2.0, 4.0, 4.0]
 
 
+
+class Some(SimPyParallelEnv):
+    """Four agents; ``every`` round: the agents ``who`` lists (repeats allowed), with the
+    mask ``masks[i]`` (``None``: all actions)."""
+
+    metadata = {"render_modes": [], "name": "some_v0"}
+    params = {"who": Param((2, 0, 2), lambda v: None, "the round's agents"),
+              "masks": Param(None, lambda v: None, "mask per agent, or None")}
+
+    def _setup(self):
+        return discrete([f"a{i}" for i in range(4)], np.zeros(1), np.full(1, 9.0), 3)
+
+    def _build(self):
+        self.applied = []
+        mask = None if self.p.masks is None else self.p.masks.__getitem__
+        self.every(1.0, lambda i, a: self.applied.append((self.now, i, a)),
+                   agents=lambda: self.p.who, mask=mask)
+
+    def _observe(self, i, out):
+        out[0] = self.now
+
+
+@pytest.mark.parametrize("masks", [None, ([1, 1, 0], None, None, None)])
+def test_every_round_of_some_agents_writes_only_their_rows(masks):
+    env = Some(who=(2, 0, 2), masks=masks)
+    env.reset_arrays(0)
+    full, noop = [1, 1, 1], [1, 0, 0]
+    first = full if masks is None else [1, 1, 0]
+    assert env.needs_buf.tolist() == [True, False, True, False]
+    assert env.mask_buf.tolist() == [first, noop, full, noop]
+    env.step_arrays(np.array([1, 2, 2, 1]))
+    env.step_arrays(np.array([0, 0, 1, 0]))
+    assert env.applied == [(0.0, 2, 2), (0.0, 0, 1), (1.0, 2, 1), (1.0, 0, 0)]
+    assert env.needs_buf.tolist() == [True, False, True, False]
+
+
 class Mixed(SimPyParallelEnv):
     """Agents 0-2 decide in ``every`` rounds (together); agent 3, in its own process, decides
     at some of the same instants and schedules a same-instant event; agent 1 leaves at 4

@@ -166,6 +166,7 @@ class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
         self._gone = np.zeros(n, dtype=bool)  # left, but listed until the end (black_death)
         self._noop_mask = rows.noop_mask()
         self._full_masks = [rows.full_mask(i) for i in range(n)]
+        self._full_mask_rows = np.array(self._full_masks)  # (one write for an every() round)
         self.sim = None
         self.rng: np.random.Generator | None = None
         self._seed_seq: np.random.SeedSequence | None = None

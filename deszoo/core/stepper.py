@@ -84,14 +84,11 @@ class Stepper:
         """
         if i in self._pending:
             raise RuntimeError(f"agent {self.possible_agents[i]!r} already waits for a decision")
-        if i in self._left:
-            raise RuntimeError(f"agent {self.possible_agents[i]!r} has left; it cannot decide")
+        self._check_live(i)
         if mask is None:
             self.mask_buf[i] = self._full_masks[i]  # (a list of rows: no view to make)
-        elif callable(mask):
-            self._late_masks.append((i, mask))
         else:
-            self._write_mask(i, mask)
+            self._set_mask(i, mask)
         if i not in self._masked:  # (else its row already says it decides)
             self.needs_buf[i] = True
             self._masked.add(i)
@@ -129,24 +126,22 @@ class Stepper:
         def clock():
             sim = self.sim
             while True:
+                pending = self._pending  # (a new dict each step)
                 who = self.live.nonzero()[0].tolist() if agents is None else agents()
-                round_ = _Round(sim)
-                for i in who:
-                    i = int(i)
-                    if i in self._pending:
-                        continue
-                    m = None if mask is None else mask(i)
-                    v = None if values is None else values(i)
-                    event = self.decide(i, m, values=v)
-                    if together:  # the round's slot stands in for the decision's event
-                        self._pending[i] = (round_.slot(i), v)
-                        self._round = round_
-                    else:  # (one event each: apply may start processes, which run at once)
+                who = [int(i) for i in who if i not in pending]  # (waiting: skipped)
+                if together:
+                    if who:
+                        round_ = self._open_round(who, mask, values)
+                        yield round_.event
+                        for i, value in round_.values.items():
+                            apply(i, value)
+                else:  # one event each: apply may start processes, which run at once
+                    for i in who:
+                        if i in pending:  # (listed twice)
+                            continue
+                        event = self.decide(i, None if mask is None else mask(i),
+                                            values=None if values is None else values(i))
                         event.callbacks.append(lambda ev, i=i: apply(i, ev.value))
-                if round_.left:
-                    yield round_.event
-                    for i, value in round_.values.items():
-                        apply(i, value)
                 yield sim.timeout(dt)
 
         return self.sim.process(clock())
@@ -351,6 +346,43 @@ class Stepper:
             self._roster_changed = False
 
     # ---- helpers ----------------------------------------------------------------------
+    def _open_round(self, who: list[int], mask: Callable[[int], Any] | None,
+                    values: Callable[[int], Any] | None) -> _Round:
+        """The decisions of one ``every`` round (``together=True``), as :meth:`decide`
+        would register them one by one; each agent waits on its slot of the round."""
+        round_ = _Round(self.sim, who)
+        pending = self._pending
+        for i in who:
+            self._check_live(i)
+            if mask is not None:
+                self._set_mask(i, mask(i))
+            pending[i] = (_Slot(round_, i), None if values is None else values(i))
+        if mask is None:  # the full masks, one write for the round
+            if len(round_.values) == len(self._full_mask_rows):  # (every row)
+                self.mask_buf[:] = self._full_mask_rows
+            else:
+                self.mask_buf[who] = self._full_mask_rows[who]
+        masked = self._masked
+        if not masked.issuperset(who):  # (else their rows already say they decide)
+            self.needs_buf[who] = True
+            masked.update(who)
+        self._round = round_
+        return round_
+
+    def _check_live(self, i: int) -> None:
+        if i in self._left:
+            raise RuntimeError(f"agent {self.possible_agents[i]!r} has left; it cannot decide")
+
+    def _set_mask(self, i: int, mask: Any) -> None:
+        """Agent ``i``'s mask (as :meth:`decide` takes it): written now, or ``mask()`` when
+        the step ends."""
+        if mask is None:
+            self.mask_buf[i] = self._full_masks[i]
+        elif callable(mask):
+            self._late_masks.append((i, mask))
+        else:
+            self._write_mask(i, mask)
+
     def _write_mask(self, i: int, mask: Any) -> None:
         masks = self.mask_buf
         masks[i] = mask
@@ -449,17 +481,12 @@ class _Round:
 
     __slots__ = ("sim", "event", "values", "left", "moving")
 
-    def __init__(self, sim: simpy.Environment):
+    def __init__(self, sim: simpy.Environment, who: list[int]):
         self.sim = sim
         self.event = simpy.Event(sim)
-        self.values: dict[int, Any] = {}
-        self.left = 0  # agents not handed a value yet (their slots are pending)
+        self.values: dict[int, Any] = dict.fromkeys(who)
+        self.left = len(self.values)  # agents not handed a value yet (slots pending)
         self.moving = 0  # values handed in one by one whose event is not processed yet
-
-    def slot(self, i: int) -> _Slot:
-        self.values[i] = None
-        self.left += 1
-        return _Slot(self, i)
 
     def deliver(self, values: dict[int, Any]) -> None:
         """The values of every agent still waiting, at once (none is moving)."""
