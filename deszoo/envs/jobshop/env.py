@@ -141,27 +141,23 @@ class JobShopEnv(SimPyParallelEnv):
     def _observe_all(self, obs: np.ndarray) -> None:
         model, now, pmax = self.model, self.sim.now, self._pmax
         k = self.p.queue_slots
-        n = model.n_machines
-        queues = model.queues
-        wip = sum(map(len, queues)) + sum(r is not None for r in model.running)
-        shop = min(1.0, wip / (k * n))
-        # A few machines and slots: plain Python floats, written a row at a time (numpy's
-        # per-call cost on arrays this small is more than the arithmetic).
-        obs[:, :GLOBAL] = [
-            (run is not None, min(1.0, max(0.0, busy - now) / pmax), min(1.0, len(q) / k), shop)
-            for run, busy, q in zip(model.running, model.busy_until, queues, strict=True)
-        ]
+        # every job in the shop has exactly one operation queued or running
+        shop = min(1.0, (len(model.jobs) - model.finished) / (k * model.n_machines))
         obs[:, GLOBAL:] = 0.0
         scale = 4 * pmax
         max_ops = model.max_ops
-        for i, queue in enumerate(queues):
-            row = []
+        # A few machines and slots: plain Python floats, each machine's row written at once
+        # (numpy's per-call cost on arrays this small is more than the arithmetic).
+        machines = zip(model.running, model.busy_until, model.queues, strict=True)
+        for i, (run, busy, queue) in enumerate(machines):
+            row = [0.0 if run is None else 1.0, min(1.0, max(0.0, busy - now) / pmax),
+                   min(1.0, len(queue) / k), shop]
             for op in queue[:k]:
                 job = op.job
                 row += (1.0, op.times[i] / pmax, min(1.0, (now - op.ready) / scale),
                         min(1.0, max(-1.0, (job.due - now - job.work_left) / scale)),
                         job.weight / 4.0, (len(job.ops) - op.index) / max_ops)
-            obs[i, GLOBAL : GLOBAL + len(row)] = row
+            obs[i, : len(row)] = row
 
     def _state_all(self, out: np.ndarray) -> None:
         model, now, pmax = self.model, self.sim.now, self._pmax
