@@ -242,7 +242,7 @@ class RideHailEnv(SimPyParallelEnv):
         open_reqs = list(model.open.values())
         origins = np.fromiter(map(_ORIGIN, open_reqs), dtype=np.int64, count=len(open_reqs))
         self._observe_drivers(obs, now, state, zone)
-        expected = self._observe_zones(obs, now, state, zone, origins)
+        expected = self._observe_zones(obs, now, zone, origins)  # (after the idle flags)
         # Request slots: zeros but for the deciding drivers, whose masks are refreshed to
         # match what they observe.
         obs[:, self._slot0 :] = 0.0
@@ -259,19 +259,22 @@ class RideHailEnv(SimPyParallelEnv):
         # shift time left (on shift) and time until the shift starts (before it), / horizon:
         # the time until the start is 0 once it started, the time left is 0 once the shift
         # is over, so only an off-shift driver's time left needs clearing (flags[:, 0]).
-        times = np.minimum(np.maximum((self._shifts - now) / horizon, 0.0), 1.0)
+        times = self._shifts - now
+        times /= horizon
+        np.maximum(times, 0.0, out=times)
+        np.minimum(times, 1.0, out=times)
         times[:, 0] *= flags[:, 0]
         obs[:, 5:7] = times
         obs[:, 7:9] = self._xy_n.take(zone, axis=0)
 
-    def _observe_zones(self, obs, now, state, zone, origins) -> np.ndarray:
+    def _observe_zones(self, obs, now, zone, origins) -> np.ndarray:
         """The zone features (columns 9 to 9 + 4 n_zones); returns the expected requests per
         zone / count_ref (float64, capped at 1)."""
         model, Z = self.model, self._n_zones
         expected = model.mean_rate * model.rate_factor(now) * LOOKAHEAD * model.origin_weights(now)
         counts = self._counts  # open requests, idle drivers, expected requests per zone
         counts[:, 0] = np.bincount(origins, minlength=Z)
-        counts[:, 1] = np.bincount(zone[state == IDLE], minlength=Z)
+        counts[:, 1] = np.bincount(zone, weights=obs[:, 1], minlength=Z)  # the idle flags
         counts[:, 2] = expected
         counts /= self._count_ref
         np.minimum(counts, 1.0, out=counts)
