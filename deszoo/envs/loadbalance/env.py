@@ -138,7 +138,7 @@ class LoadBalanceEnv(SimPyParallelEnv):
         )
         n_d = self.p.n_dispatchers
         self._wait = Integrator(n_d)
-        self._kind = np.zeros(n_d, dtype=np.int64)
+        self._kind = [0] * n_d  # type of each dispatcher's request to route
         self._mask = np.zeros(self.n_actions, dtype=np.int8)
         # soft(mean service time) per type, laid out as the service column of the pool blocks
         times = self.model.service_time
@@ -147,12 +147,11 @@ class LoadBalanceEnv(SimPyParallelEnv):
         self.model.start()
 
     # ---- model callbacks ----------------------------------------------------------------
-    def _route(self, d: int, kind: int):
+    def _route(self, d: int, kind: int, open_pools: list[bool]):
         self._kind[d] = kind
         mask = self._mask
         mask[NOOP] = 0
-        for k, pool in enumerate(self.model.pools):
-            mask[k + 1] = not pool.full()
+        mask[1:] = open_pools
         return self.decide(d, mask, values=self._pool_of_action)
 
     def _on_wait(self, d: int, delta: int) -> None:

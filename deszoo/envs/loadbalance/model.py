@@ -1,8 +1,9 @@
 """Multi-pool service system (call centre / server farm) as a SimPy model (no RL concepts).
 
 Several sources (dispatchers) each receive a Poisson stream of requests of several types.
-When a request arrives and at least one pool can take it, the source asks ``route(d, kind)``
-for a pool; the returned event's value is the index of the chosen pool. A pool has
+When a request arrives and at least one pool can take it, the source asks
+``route(d, kind, open_pools)`` for a pool (``open_pools[k]``: pool ``k`` is not full); the
+returned event's value is the index of the chosen pool. A pool has
 ``servers`` servers and a waiting room of ``queue_cap`` places, served first come, first
 served as by a :class:`simpy.Resource`; a pool is *full* when every server is busy and the
 waiting room is full. A request that finds every pool full is blocked (lost) without asking.
@@ -50,7 +51,10 @@ class Uniforms:
         return buf.pop()
 
     def exponential(self, mean: float) -> float:
-        return -mean * math.log(1.0 - self())
+        buf = self.buf  # (as in __call__: a call less per draw)
+        if not buf:
+            buf.extend(self.rng.random(self.block).tolist())
+        return -mean * math.log(1.0 - buf.pop())
 
 
 class Call(simpy.Event):
@@ -152,7 +156,7 @@ class LoadBalanceModel:
         sim: simpy.Environment,
         rng: np.random.Generator,
         p: Any,
-        route: Callable[[int, int], simpy.Event],
+        route: Callable[[int, int, list[bool]], simpy.Event],
         on_wait: Callable[[int, int], None] = lambda d, delta: None,
         on_lost: Callable[[int, int], None] = lambda d, kind: None,
         on_all_done: Callable[[], None] = lambda: None,
@@ -205,10 +209,6 @@ class LoadBalanceModel:
             self.sim.process(self._background())
         self.sim.process(self._closing())
 
-    # ---- queries ------------------------------------------------------------------------
-    def all_full(self) -> bool:
-        return all(p.full() for p in self.pools)
-
     # ---- arrival processes --------------------------------------------------------------
     def _closing(self):
         yield self.sim.timeout(self.horizon)
@@ -230,11 +230,12 @@ class LoadBalanceModel:
                 return
             kind = bisect_right(cum, draw())  # the first type whose cumulative share > u
             self.arrivals[d] += 1
-            if self.all_full():
+            open_pools = [not pool.full() for pool in self.pools]
+            if not any(open_pools):
                 self.blocked[d] += 1
                 self.on_lost(d, kind)
                 continue
-            pool = yield self.route(d, kind)
+            pool = yield self.route(d, kind, open_pools)
             self.admit(d, kind, pool)
 
     def _background(self):
