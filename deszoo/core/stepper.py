@@ -13,11 +13,11 @@ A step (:meth:`Stepper.step_arrays`), top to bottom:
    (``_observe_all``), the rows of agents that left are zeroed, ``agents`` is rebuilt if
    the roster changed.
 
-Each mask row is written once per step: by :meth:`Stepper.decide` for an agent that decides
-(or at the end of the step, for a mask given as a callable), or once with the no-op mask when
-its decision ends. ``needs_buf`` is written only when it changes. The set ``_masked`` holds
-the rows whose mask is not the no-op mask (and whose ``needs_buf`` is set): the agents
-deciding now, and those that decided during this step.
+Each mask row is written once per step: by :meth:`Stepper.decide` (or an ``every`` round)
+for an agent that decides (at the end of the step, for a mask given as a callable), or once
+with the no-op mask when its decision ends. ``needs_buf`` is written only when it changes.
+The set ``_masked`` holds the rows whose mask is not the no-op mask (and whose ``needs_buf``
+is set): the agents deciding now, and those that decided during this step.
 
 The class is a mixin of :class:`~deszoo.core.env.SimPyParallelEnv`, which sets up the
 arrays (:mod:`deszoo.core.arrays`) and the attributes read here.
