@@ -85,6 +85,27 @@ def test_backends_bit_identical(scenario, mode, backend_opts):
         assert_same_rollouts(ref, run, f"{scenario} {mode} roundrobin vs {name}")
 
 
+class RebindingToy(ToyEnv):
+    """A ToyEnv that hands back new reward and observation arrays after each step instead
+    of writing in place (allowed: a group copies a rebound buffer back into its rows)."""
+
+    def step_arrays(self, *args):
+        super().step_arrays(*args)
+        self.rew_buf = self.rew_buf.copy()
+        self.obs_buf = self.obs_buf.copy()
+
+
+def test_a_rebound_buffer_still_reaches_the_batch(backend):
+    """An env that rebinds its arrays gives the same rollouts as one that writes in place."""
+    ref = make_vec(toy(), 4, backend="roundrobin", seed=3)
+    vec = vec_of(RebindingToy, 4, backend, seed=3)
+    try:
+        assert_same_rollouts(rollout(ref, 30), rollout(vec, 30), "rebinding vs in place")
+    finally:
+        vec.close()
+        ref.close()
+
+
 @pytest.mark.parametrize("name", sorted(SPAWN))
 def test_spawn_matches_fork(name):
     """Under spawn the workers rebuild the envs from pickles and agree with fork."""

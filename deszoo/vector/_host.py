@@ -17,6 +17,7 @@ value)``; env exceptions never escape a group.
 from __future__ import annotations
 
 import gc
+import operator
 import threading
 import traceback
 import weakref
@@ -50,6 +51,7 @@ SIM_FIELDS: tuple[tuple[str, Any], ...] = (
 STATE_FIELDS = ("state", "final_state")
 # The env attribute each adopted row buffer replaces.
 ENV_ATTRS = {name: attr for attr, (name, _, _) in AGENT_ARRAYS.items()}
+_env_arrays = operator.attrgetter(*ENV_ATTRS.values())  # an env's buffers, in one call
 ALIGN = 64
 # What a same-step reset keeps of the step that ended the episode.
 SAME_STEP_KEEP = ("rew", "term", "trunc", "invalid")
@@ -230,11 +232,14 @@ class EnvGroup:
         self.n = n
         self.envs = [factory() for _ in range(count)]
         self.views: list[dict[str, np.ndarray]] = []
+        self.acts: list[np.ndarray] = []  # env k's actions: its rows of bufs.act
         for k, env in enumerate(self.envs):
             lo = (first + k) * n
             views = {name: getattr(bufs, name)[lo : lo + n] for name in ENV_ATTRS}
             self.views.append(views)
+            self.acts.append(bufs.act[lo : lo + n])
             self._adopt(env, views)
+        self._own = [tuple(v.values()) for v in self.views]  # as _env_arrays lists them
         self.rows = slice(first * n, (first + count) * n)
         self.with_state = bufs.layout.state_dim > 0  # write each env's state after it moves
         self.need_reset = [reset_seeds is not None] * count
@@ -257,11 +262,9 @@ class EnvGroup:
 
     def _sync(self, k: int) -> None:
         """Copy back any buffer a scenario rebound instead of writing in place."""
-        env, views = self.envs[k], self.views[k]
-        for name, attr in ENV_ATTRS.items():
-            if getattr(env, attr) is not views[name]:
-                self._adopt(env, views)
-                return
+        env = self.envs[k]
+        if not all(map(operator.is_, _env_arrays(env), self._own[k])):
+            self._adopt(env, self.views[k])
 
     # ---- commands ---------------------------------------------------------------------
     def run(self, command: str, payload: Any = None) -> tuple[list[EnvFailure], Any]:
@@ -317,7 +320,7 @@ class EnvGroup:
         now is reset at once; its final observation goes to ``bufs.final_obs``.
         """
         bufs = self.bufs
-        act = bufs.act
+        acts, own, is_ = self.acts, self._own, operator.is_
         n = self.n
         bufs.final[self.rows] = False
         failures = []
@@ -328,8 +331,9 @@ class EnvGroup:
                     self._reset_one(k, self.next_seed[k])
                     continue
                 before = env.num_events
-                env.step_arrays(act[lo : lo + n])
-                self._sync(k)
+                env.step_arrays(acts[k])
+                if not all(map(is_, _env_arrays(env), own[k])):  # _sync, inline
+                    self._adopt(env, self.views[k])
                 s = self.first + k
                 bufs.events[s] += env.num_events - before
                 bufs.sim_time[s] = env.now
