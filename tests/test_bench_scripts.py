@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bridge  # noqa: E402
 import interleave  # noqa: E402
 import step_cost  # noqa: E402
+import vector_cost  # noqa: E402
 
 
 def test_bridge_reports_the_dict_floor_beside_both_apis():
@@ -50,3 +51,11 @@ def test_interleave_times_three_ways_of_the_same_work():
         assert all(r[m] > 0.0 for m in interleave.MODES)
     text = interleave.table("w", rows)
     assert text.count("\n| 1 | 20 |") == 1 and "roundrobin / interleaved" in text
+
+
+def test_vector_cost_times_the_plain_loop_and_roundrobin():
+    results = vector_cost.measure(steps=16, repeats=1)
+    assert set(results) == {f"{m}_{n}" for m in vector_cost.MODES for n in vector_cost.ENVS}
+    assert all(v > 0.0 for v in results.values())
+    text = vector_cost.table({"t": results})
+    assert text.count("| t |") == len(vector_cost.ENVS) and "rr adds per vector step" in text
