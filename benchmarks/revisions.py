@@ -10,6 +10,7 @@ kept, as noise on a shared machine only ever adds time.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["ROOT", "checkout", "best_of", "run_revisions"]
+__all__ = ["ROOT", "add_options", "best_of", "checkout", "report", "run_revisions"]
 
 
 def checkout(rev: str, into: Path) -> Path:
@@ -69,3 +70,35 @@ def run_revisions(script: Path, revs: Sequence[str], rounds: int, args: Sequence
         return {rev: best_of(results[rev]) for rev in revs}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """``--rev``, ``--rounds``, ``--json`` and the hidden ``--one`` of a script that can
+    compare revisions (see :func:`report`)."""
+    parser.add_argument("--rev", action="append", default=[],
+                        help="git revision to measure ('.' is the working tree); repeat to "
+                             "compare, alternating; default: this tree in this process")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="with --rev: rounds of alternation (best kept)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+
+
+def report(script: Path, args: argparse.Namespace, passed: Sequence[str],
+           measure: Callable[[], dict[str, float]],
+           table: Callable[[dict[str, dict]], str]) -> None:
+    """Run a script's measurement as its options say: ``--one`` prints ``measure()`` as
+    JSON (a round of :func:`run_revisions`); ``--rev`` runs ``script`` with ``passed`` in
+    each revision; else this tree is measured here. Prints ``table(results)``; ``--json``
+    also writes them."""
+    if args.one:
+        print(json.dumps(measure()))
+        return
+    if args.rev:
+        results = run_revisions(script, args.rev, args.rounds, passed,
+                                progress=lambda s: print(s, file=sys.stderr))
+    else:
+        results = {"this tree": measure()}
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")

@@ -27,7 +27,6 @@ see cache misses. Needs ``valgrind``; about a minute per scenario-preset and tre
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import pickle
@@ -178,21 +177,18 @@ def table(results: dict[str, dict[str, float]], unit: str = "us") -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from revisions import add_options, report
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--presets", default="small,default,large")
     parser.add_argument("--repeats", type=int, default=3, help="replays per run (best kept)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rev", action="append", default=[],
-                        help="git revision to measure ('.': the working tree); repeat to "
-                             "compare, alternating; default: this tree in this process")
-    parser.add_argument("--rounds", type=int, default=3, help="with --rev: runs per tree")
-    parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions per step under callgrind instead of timing")
     parser.add_argument("--ir-steps", type=int, default=300,
                         help="with --instructions: steps replayed (default 300)")
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    add_options(parser)
     parser.add_argument("--replay", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--api", default="arrays", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
@@ -201,27 +197,16 @@ def main(argv: list[str] | None = None) -> None:
         _replay_saved(args.replay, args.api, args.count)
         return
     cases = [(s, p) for s in args.scenarios.split(",") for p in args.presets.split(",")]
-    if args.one:
-        if args.instructions:
-            print(json.dumps(instructions(cases, args.ir_steps, args.seed)))
-        else:
-            print(json.dumps(measure(cases, args.repeats, args.seed)))
-        return
-    if args.rev:
-        from revisions import run_revisions
-
-        passed = ["--scenarios", args.scenarios, "--presets", args.presets,
-                  "--repeats", str(args.repeats), "--seed", str(args.seed),
-                  "--ir-steps", str(args.ir_steps)] + ["--instructions"] * args.instructions
-        results = run_revisions(Path(__file__), args.rev, args.rounds, passed,
-                                progress=lambda s: print(s, file=sys.stderr))
-    elif args.instructions:
-        results = {"this tree": instructions(cases, args.ir_steps, args.seed)}
+    passed = ["--scenarios", args.scenarios, "--presets", args.presets,
+              "--repeats", str(args.repeats), "--seed", str(args.seed),
+              "--ir-steps", str(args.ir_steps)] + ["--instructions"] * args.instructions
+    if args.instructions:
+        report(Path(__file__), args, passed,
+               lambda: instructions(cases, args.ir_steps, args.seed),
+               lambda results: table(results, "instructions"))
     else:
-        results = {"this tree": measure(cases, args.repeats, args.seed)}
-    print(table(results, "instructions" if args.instructions else "us"))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+        report(Path(__file__), args, passed, lambda: measure(cases, args.repeats, args.seed),
+               lambda results: table(results, "us"))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import json
 import sys
 import time
 from pathlib import Path
@@ -99,33 +98,18 @@ def table(results: dict[str, dict[str, float]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from revisions import add_options, report
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=40000, help="env steps per run")
     parser.add_argument("--repeats", type=int, default=5, help="runs per figure (best kept)")
     parser.add_argument("--agents", type=int, default=1, help="agents per env")
-    parser.add_argument("--rev", action="append", default=[],
-                        help="git revision to measure ('.' is the working tree); repeat to "
-                             "compare, alternating; default: this tree in this process")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="with --rev: rounds of alternation (best kept)")
-    parser.add_argument("--json", type=Path, help="also write the results here")
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    add_options(parser)
     args = parser.parse_args(argv)
-    opts = ["--steps", str(args.steps), "--repeats", str(args.repeats),
-            "--agents", str(args.agents)]
-    if args.one:
-        print(json.dumps(measure(args.steps, args.repeats, args.agents)))
-        return
-    if args.rev:
-        from revisions import run_revisions
-
-        results = run_revisions(Path(__file__), args.rev, args.rounds, opts,
-                                progress=lambda s: print(s, file=sys.stderr))
-    else:
-        results = {"this tree": measure(args.steps, args.repeats, args.agents)}
-    print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    passed = ["--steps", str(args.steps), "--repeats", str(args.repeats),
+              "--agents", str(args.agents)]
+    report(Path(__file__), args, passed,
+           lambda: measure(args.steps, args.repeats, args.agents), table)
 
 
 if __name__ == "__main__":
