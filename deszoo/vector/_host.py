@@ -320,7 +320,7 @@ class EnvGroup:
         now is reset at once; its final observation goes to ``bufs.final_obs``.
         """
         bufs = self.bufs
-        acts, own, is_ = self.acts, self._own, operator.is_
+        acts = self.acts
         n = self.n
         bufs.final[self.rows] = False
         failures = []
@@ -332,8 +332,7 @@ class EnvGroup:
                     continue
                 before = env.num_events
                 env.step_arrays(acts[k])
-                if not all(map(is_, _env_arrays(env), own[k])):  # _sync, inline
-                    self._adopt(env, self.views[k])
+                self._sync(k)
                 s = self.first + k
                 bufs.events[s] += env.num_events - before
                 bufs.sim_time[s] = env.now

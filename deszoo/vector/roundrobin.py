@@ -7,19 +7,15 @@ frames. Its transport runs each command at once, as it is handed out.
 
 from __future__ import annotations
 
-import signal
-import threading
 import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from deszoo.vector._host import Buffers, EnvGroup, Layout
-from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker
+from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker, post_guarded
 from deszoo.vector.options import option
 
 __all__ = ["InProcess", "RoundRobinVecEnv"]
-
-_SIGINT = {signal.SIGINT}
 
 
 class InProcess(Transport):
@@ -51,28 +47,15 @@ class InProcess(Transport):
                 self.hook("handout")
 
     def step(self, ws: Sequence[Worker], same_step: bool, deadline: float) -> list[Reply] | None:
-        # The hot path: every group steps in place, with Ctrl-C held off until all have (a
-        # batch stepped in part can be neither finished nor undone), and when none reports
-        # a failure no reply goes through the lifecycle. A failure takes the general way.
+        # The hot path: the groups step as posted (Ctrl-C held off until all have), and when
+        # none reports a failure no reply goes through the lifecycle's poll. A failure takes
+        # the general way.
+        post_guarded(self, ws, "step", same_step)
         hook = self.hook
-        main = threading.current_thread() is threading.main_thread()
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT) if main else None
-        try:
-            failed = False
-            for w in ws:
-                failures = w.handle.step(same_step)
-                w.command = "step"
-                self.replies.append(Reply(w.index, "ok", failures))
-                failed = failed or bool(failures)
-                if hook is not None and w is ws[0]:
-                    hook("handout")
-        finally:
-            if main:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
         if hook is not None:
             hook("wait")
             hook("polled")
-        if failed:
+        if any(r.failures for r in self.replies):
             return []  # the lifecycle polls the replies and handles the failures
         self.replies.clear()
         for w in ws:
