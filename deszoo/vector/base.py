@@ -33,6 +33,10 @@ import os
 import signal
 import threading
 import time
+from _signal import getsignal as _get_handler
+from _signal import raise_signal as _raise_signal
+from _signal import signal as _set_handler
+from _thread import get_ident as _get_ident
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -46,8 +50,11 @@ from deszoo import errors as _errors
 from deszoo.core.config import check_seed, is_int
 from deszoo.core.groups import AgentRows
 from deszoo.errors import (
+    AlreadyPendingCallError,
+    ClosedEnvironmentError,
     ConfigError,
     InvalidActionError,
+    NoAsyncCallError,
     ResetNeededError,
     SubEnvError,
     VectorEnvError,
@@ -79,7 +86,11 @@ log = logging.getLogger("deszoo.vector")
 BOOT_ATTEMPTS = 3
 # Longest a wait for replies runs with Ctrl-C held off (a pending one is raised after it).
 POLL_SLICE = 0.05
-_SIGINT = {signal.SIGINT}
+_SIGINT = int(signal.SIGINT)
+_SIG_IGN = int(signal.SIG_IGN)
+_MAIN_THREAD = threading.main_thread().ident
+# Ctrl-C held off: [held, a Ctrl-C came meanwhile] (see sigint_deferred).
+_held = [False, False]
 # Errors of call/get_attr/set_attr re-raised in the parent as their own type.
 _CALL_ERRORS: dict[str, type[Exception]] = {
     cls.__name__: cls
@@ -214,6 +225,7 @@ class Worker:
     generation: int = 0
     command: str | None = None
     handle: Any = None
+    deadline: float = 0.0  # async mode: when the command in flight counts as hung
 
     @property
     def sims(self) -> range:
@@ -352,7 +364,7 @@ def resolve_workers(backend: str, num_sims: int, num_workers: int | None, defaul
 # Hot-path shortcut: enum members as module constants (reading one through its class
 # costs about a microsecond).
 _READY = State.READY
-_LIVE = (State.NEEDS_RESET, State.READY, State.SENT, State.RECEIVED)
+_INTERRUPTED = State.INTERRUPTED
 
 
 def _same(a: np.ndarray) -> np.ndarray:
@@ -360,23 +372,52 @@ def _same(a: np.ndarray) -> np.ndarray:
 
 
 class sigint_deferred:
-    """``with sigint_deferred():`` holds off Ctrl-C while commands are handed out (a
-    half-sent batch is unrecoverable); one raised meanwhile comes when the block ends.
+    """``with sigint_deferred():`` holds off Ctrl-C where a batch must not be cut (a
+    half-sent batch, a half-stepped in-process batch, a repair); one that comes meanwhile is
+    raised as ``KeyboardInterrupt`` when the block ends.
 
-    Costs two system calls; a transport whose hand-out can be done again (``idempotent``)
-    needs none. (A class, not ``contextlib.contextmanager``: it runs on every step of an
-    in-process backend, and a generator-based one costs about 1 us more.)
+    A Python-level handler that records the signal is installed for the block and the old
+    one restored after it: Python runs signal handlers in the main thread whichever thread
+    the OS delivered the signal to, so this holds in a process with other threads (numpy's,
+    a trainer's), where blocking the signal in the main thread alone does not. Blocks nest
+    (the outermost one holds). Outside the main thread it does nothing: Python raises
+    ``KeyboardInterrupt`` only in the main thread. A process that ignores SIGINT keeps
+    ignoring it. (A class calling ``_signal`` directly, not ``contextlib`` and ``signal``:
+    it runs on every in-process step, and their Python wrappers cost frames and time.)
     """
 
     __slots__ = ("_old",)
 
     def __enter__(self) -> None:
-        main = threading.current_thread() is threading.main_thread()
-        self._old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT) if main else None
+        self._old = None
+        if _get_ident() != _MAIN_THREAD or _held[0]:
+            return
+        old = _get_handler(_SIGINT)
+        if old is None or old == _SIG_IGN:  # not set from Python, or ignored: left alone
+            return
+        _set_handler(_SIGINT, _record)
+        self._old = old
+        _held[0] = True
 
     def __exit__(self, *exc: object) -> None:
-        if self._old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+        old = self._old
+        if old is None:
+            return
+        _held[0] = False
+        _set_handler(_SIGINT, old)
+        if _held[1]:
+            _held[1] = False
+            _raise_signal(_SIGINT)  # now handled by the restored handler
+
+
+def _record(signum: int, frame: Any) -> None:
+    """The handler while Ctrl-C is held off: remember it."""
+    _held[1] = True
+
+
+def sigint_pending() -> bool:
+    """Whether a Ctrl-C came while held off and is still to be raised."""
+    return _held[1]
 
 
 def post_guarded(t: Transport, ws: Sequence[Worker], command: str, payloads: Any) -> None:
@@ -533,7 +574,7 @@ class DeszooVecEnv(VectorEnv):
         a reset or a call, the steps async mode has in flight (their results dropped)."""
         state = self._state
         if state is State.CLOSED:
-            raise VectorEnvError(f"{self.backend} vector env is closed")
+            raise ClosedEnvironmentError(f"{self.backend} vector env is closed")
         if state is State.FAILED:
             raise VectorEnvError(
                 f"{self.backend} vector env failed earlier (a worker could not be restarted); "
@@ -556,19 +597,21 @@ class DeszooVecEnv(VectorEnv):
                     "send/recv")
         elif call == "recv":
             if state is State.RECEIVED:
-                raise VectorEnvError(
-                    "recv() twice without send(); send actions for the last batch")
+                raise AlreadyPendingCallError(
+                    "recv() twice without send(); send actions for the last batch", "recv")
             if state is not State.SENT:
-                raise VectorEnvError("recv() without send(); call async_reset() or send() first")
+                raise NoAsyncCallError(
+                    "recv() without send(); call async_reset() or send() first", "recv")
         elif call == "send" and state is not State.RECEIVED:
-            raise VectorEnvError("send() without a preceding recv(); call recv() first")
+            raise NoAsyncCallError("send() without a preceding recv(); call recv() first", "send")
 
-    def _cut_short(self, ws: Sequence[Worker]) -> None:
-        """A call was cut short (Ctrl-C, an error): if some of ``ws`` still have a command
-        in flight, or replies were taken but not consumed, the next call finishes them."""
-        if self._state in _LIVE and (self._replies or any(w.command for w in ws)):
-            self._resume = self._state
-            self._to(State.INTERRUPTED)
+    def _calling(self) -> None:
+        """A call hands out commands: until it has taken every reply the state is
+        INTERRUPTED, so a call cut short anywhere in between (Ctrl-C) leaves it there and
+        the next call finishes the commands in flight. (Set before the hand-out, not when
+        the KeyboardInterrupt is caught: a second one could land in the handler.)"""
+        self._resume = self._state
+        self._to(State.INTERRUPTED)
 
     def _settle(self) -> None:
         """Finish a call that was cut short: its results dropped, its faults handled."""
@@ -642,11 +685,7 @@ class DeszooVecEnv(VectorEnv):
     ) -> dict[int, Reply]:
         """Hand ``command`` to workers ``ws`` and wait for their replies."""
         post_guarded(self.transport, ws, command, payloads)
-        try:
-            return self._collect(ws)
-        except BaseException:
-            self._cut_short(ws)
-            raise
+        return self._collect(ws)
 
     def _collect(self, ws: Sequence[Worker], deadline: float | None = None) -> dict[int, Reply]:
         """One reply from each worker of ``ws`` (``"hung"`` at ``deadline``, by default
@@ -662,22 +701,32 @@ class DeszooVecEnv(VectorEnv):
                 for i in missing:
                     self._take(Reply(i, "hung"))
                 break
-        return {w.index: replies.pop(w.index) for w in ws}
+        with sigint_deferred():  # every reply handed over, or none
+            return {w.index: replies.pop(w.index) for w in ws}
 
     def _collect_first(self, k: int) -> list[Reply]:
-        """The first ``k`` replies among busy workers, in the order they came."""
+        """The first ``k`` replies among busy workers, in the order they came. Each worker
+        counts as hung at its own deadline (from when it got its command), so a hung worker
+        is found even while the others keep answering."""
         replies = self._replies
-        deadline = self._deadline([w for w in self._workers if w.command])
-        while len(replies) < k:
-            if not any(w.command for w in self._workers):
-                break
-            self._poll(deadline, k - len(replies))  # past the deadline: what is there
-            if len(replies) < k and time.monotonic() >= deadline:
-                for w in self._workers:
-                    if w.command:
+        while True:
+            busy = [w for w in self._workers if w.command]
+            if busy:
+                now = time.monotonic()
+                for w in busy:
+                    if w.deadline <= now:
                         self._take(Reply(w.index, "hung"))
+            if len(replies) >= k or not any(w.command for w in busy):
                 break
-        return [replies.pop(i) for i in list(replies)[:k]]
+            self._poll(min(w.deadline for w in busy if w.command), k - len(replies))
+        with sigint_deferred():  # all k handed over, or none
+            return [replies.pop(i) for i in list(replies)[:k]]
+
+    def _posted(self, ws: Sequence[Worker]) -> None:
+        """Async mode: the deadlines of the commands just handed to ``ws``."""
+        deadline = self._deadline(ws)
+        for w in ws:
+            w.deadline = deadline
 
     def _poll(self, deadline: float, want: int) -> None:
         """Poll the transport and take what it has. A transport whose poll reads replies
@@ -694,15 +743,12 @@ class DeszooVecEnv(VectorEnv):
             for r in got:
                 self._take(r)
         else:
-            old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
-            try:
+            with sigint_deferred():
                 got = t.poll(min(deadline, time.monotonic() + POLL_SLICE), want)
                 if hook is not None:
                     hook("polled")
                 for r in got:
                     self._take(r)
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
         if hook is not None:
             hook("taken")
 
@@ -902,6 +948,7 @@ class DeszooVecEnv(VectorEnv):
         else:
             self._restarted[np.repeat(which, self.agents_per_sim)] = False
         self._any_restarted = bool(self._restarted.any())
+        self._calling()
         replies = self._exchange(ws, "reset", payloads)
         reset_rows = slice(None) if which is None else np.repeat(which, self.agents_per_sim)
         self._bufs.rew[reset_rows] = 0.0
@@ -965,15 +1012,17 @@ class DeszooVecEnv(VectorEnv):
         if self._any_restarted:
             self._begin_step(ws)
         deadline = time.monotonic() + self.timeout + self.transport.grace
-        try:
-            replies = self.transport.step(ws, self._same_step, deadline)
-            if replies is not None:  # not every worker answered "ok" at once
-                for r in replies:
-                    self._take(r)
-                self._report(list(self._collect(ws, deadline).values()), "step")
-        except BaseException:
-            self._cut_short(ws)
-            raise
+        self._resume = _READY  # _calling(), inlined: until every reply is taken
+        self._state = _INTERRUPTED
+        replies = self.transport.step(ws, self._same_step, deadline)
+        if replies is None:
+            self._state = _READY
+        else:  # not every worker answered "ok" at once
+            for r in replies:
+                self._take(r)
+            got = self._collect(ws, deadline)
+            self._state = _READY
+            self._report(list(got.values()), "step")
         return self._results(self._bufs)
 
     def _check_no_pending_reset(self) -> None:
@@ -995,8 +1044,10 @@ class DeszooVecEnv(VectorEnv):
         self._any_restarted = False
         payloads = {w.index: (seeds[w.first : w.first + w.count], None) for w in self._workers}
         self._recv_workers, self._recv_rows = [], None
-        self._to(State.SENT)
-        post_guarded(self.transport, self._workers, "reset", payloads)
+        with sigint_deferred():  # in flight and SENT, or neither
+            self._to(State.SENT)
+            post_guarded(self.transport, self._workers, "reset", payloads)
+            self._posted(self._workers)
 
     def recv(self) -> tuple:
         """The next ``batch_size`` envs to finish: ``(obs, rew, term, trunc, infos)``.
@@ -1007,18 +1058,27 @@ class DeszooVecEnv(VectorEnv):
         self._enter("recv")
         replies = self._collect_first(self._batch_workers)
         if len(replies) < self._batch_workers:
-            raise VectorEnvError("recv() without send(); call async_reset() or send() first")
-        ws = [r.worker for r in replies]
-        rows = np.concatenate([np.arange(self.num_envs)[self._workers[i].rows] for i in ws])
-        self._recv_workers, self._recv_rows = ws, rows
-        self._to(State.RECEIVED)
+            raise NoAsyncCallError(
+                "recv() without send(); call async_reset() or send() first", "recv")
         try:
+            ws = [r.worker for r in replies]
+            rows = np.concatenate([np.arange(self.num_envs)[self._workers[i].rows] for i in ws])
             self._report(replies, "step")
-        except Exception as exc:
+            out = self._recv_results(rows)
+        except Exception as exc:  # a fault raised (on_error="raise"): the batch is given
+            self._recv_workers, self._recv_rows = ws, rows
+            self._to(State.RECEIVED)
             if hasattr(exc, "results"):
                 exc.results = self._recv_results(rows)
             raise
-        return self._recv_results(rows)
+        except BaseException:  # Ctrl-C: the batch (repaired) is the next recv()'s
+            with sigint_deferred():
+                back = {r.worker: Reply(r.worker, "ok") for r in replies}
+                self._replies = {**back, **self._replies}
+            raise
+        self._recv_workers, self._recv_rows = ws, rows
+        self._to(State.RECEIVED)
+        return out
 
     def _recv_results(self, rows: np.ndarray) -> tuple:
         obs, rew, term, trunc, infos = self._results(self._bufs, rows)
@@ -1040,10 +1100,12 @@ class DeszooVecEnv(VectorEnv):
         self._check_actions(actions, scratch, rows)
         self._bufs.act[rows] = scratch
         ws = [self._workers[i] for i in self._recv_workers]
-        self._begin_step(ws)
-        self._recv_workers, self._recv_rows = [], None
-        self._to(State.SENT)
-        post_guarded(self.transport, ws, "step", self._same_step)
+        with sigint_deferred():  # in flight and SENT, or neither
+            self._begin_step(ws)
+            self._recv_workers, self._recv_rows = [], None
+            self._to(State.SENT)
+            post_guarded(self.transport, ws, "step", self._same_step)
+            self._posted(ws)
 
     # ---- attributes of the envs (Gymnasium's call / get_attr / set_attr) ---------------
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
@@ -1092,14 +1154,20 @@ class DeszooVecEnv(VectorEnv):
                     tuple(values[j] for j in mine) if values else (),
                 )
         ws = [self._workers[i] for i in plan]
+        self._calling()
         replies = self._exchange(ws, "call", plan)
         lost = [r for r in replies.values() if r.kind != "ok"]
         if lost:  # a worker died or hung: it is replaced (or the error raised), then asked again
-            self._report(lost, "call")
+            try:
+                self._report(lost, "call")
+            except Exception:
+                self._to(self._resume)  # nothing in flight
+                raise
             again = self._exchange([self._workers[r.worker] for r in lost], "call", plan)
             if any(r.kind != "ok" for r in again.values()):
                 self._fail(VectorEnvError(f"{call.kind}({call.name!r}) failed twice: workers lost"))
             replies.update(again)
+        self._to(self._resume)
         failures = [f for r in replies.values() for f in r.failures]
         if failures:  # the caller's mistake (no such attribute, a bad value): its own type
             f = min(failures, key=lambda f: f.env_index)
