@@ -242,6 +242,9 @@ FIELDS = [
           "the training table."),
 ]
 
+NOTE = Field("note", (str,), "Optional: one line the page prints beside the entry, e.g. "
+             "why a learner scores below random.")
+
 TRAINING_FIELDS = [
     Field("algorithm", (str,), "e.g. `MaskablePPO (sb3-contrib)`, `examples/ppo_loop.py`."),
     Field("timesteps", (int,), "Rows stepped in training (agent decisions offered)."),
@@ -280,6 +283,8 @@ def validate(entry: Any) -> list[str]:
             errors.append(f"ci95 {ci} is not the 95% t-interval of returns ({lo}, {hi})")
     if entry["training"] is not None:
         errors += _fields(entry["training"], TRAINING_FIELDS, "training.")
+    if "note" in entry and not isinstance(entry["note"], str):
+        errors.append(f"note is {type(entry['note']).__name__}, expected str")
     return errors
 
 
@@ -365,10 +370,19 @@ def render(entries: list[Entry]) -> str:
         return "\n".join([*lines, "No entries yet.", ""])
     lines += ["| scenario | preset | " + " | ".join(names) + " |",
               "|---|---|" + "---:|" * len(names)]
+    notes: list[str] = []  # an entry's note: a marker in its cell, the line under the table
     for key in keys:
         by = {e.data["policy"]: e.data for e in groups[key]}
-        cells = [_cell(by[n]) if n in by else "-" for n in names]
+        cells = []
+        for n in names:
+            cell = _cell(by[n]) if n in by else "-"
+            if n in by and by[n].get("note"):
+                notes.append(f"{len(notes) + 1}. `{key[0]}` {key[1]}, {n}: {by[n]['note']}")
+                cell += f" ({len(notes)})"
+            cells.append(cell)
         lines.append(f"| `{key[0]}` | {key[1]} | " + " | ".join(cells) + " |")
+    if notes:
+        lines += ["", *notes]
     lines += ["", "## Entries", ""]
     lines += ["| scenario | preset | policy | mean | 95% CI | training | timesteps | "
               "train wall | work hash | entry |",
@@ -388,7 +402,7 @@ def render(entries: list[Entry]) -> str:
     lines += ["", "## Entry format", "",
               f"Every `benchmarks/scores/*.json` follows `{SCHEMA}` (checked by "
               "`deszoo.scores.validate`):", "", "| field | type | meaning |", "|---|---|---|"]
-    for f in FIELDS:
+    for f in [*FIELDS, NOTE]:
         lines.append(f"| `{f.name}` | {' or '.join(t.__name__ for t in f.types)} | {f.doc} |")
     lines += ["", "`training` holds at least:", "", "| field | type | meaning |", "|---|---|---|"]
     for f in TRAINING_FIELDS:
