@@ -65,10 +65,11 @@ Version History:
     v2: episodes end in bounded simulated time on every policy: ``max_time`` defaults to 3 x
     ``horizon`` (5400 s; 3600 s on `small`), was ``None``. In v1, after the arrivals stopped,
     cars sent back and forth between floors while someone waited elsewhere ran an episode to
-    ``max_steps`` (20000 steps; 38,000 to 135,000 simulated seconds under a no-op, a
-    fixed-action or a ping-pong policy, against about 1,200 s on `small` and 1,850 s on
-    `default` for the heuristic). Same model, actions, observations and rewards as v1, and the
-    same trajectories up to ``max_time``.
+    ``max_steps`` (on `small` and `default`, 20000 steps: 38,000 to 135,000 simulated seconds
+    under a no-op, a fixed-action or a ping-pong policy, against about 1,200 s and 1,850 s for
+    the heuristic; on `large`, 50000 steps: up to 152,000 s against about 2,400 s). Same
+    model, actions, observations and rewards as v1, and the same trajectories up to
+    ``max_time``.
     v1: a shared reward: each car pays 1/n_cars of every passenger-minute in the building,
     waiting or riding (``ride_weight`` default 1). In v0 a car paid ``ride_weight`` (0.5)
     per minute of its own riders but only 1/n_cars of each waiting passenger-minute, so
