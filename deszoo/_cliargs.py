@@ -24,6 +24,7 @@ __all__ = [
     "env_name",
     "error_line",
     "names",
+    "positive_float",
     "positive_int",
     "positive_ints",
     "presets_table",
@@ -79,6 +80,19 @@ def positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
 
 

@@ -16,6 +16,15 @@ from deszoo import __version__
 from deszoo import _cliargs as cliargs
 from deszoo.errors import ConfigError
 
+EPISODE_STEPS = 100_000
+"""``deszoo check``'s and ``deszoo run``'s default bound on an episode's steps (the same
+figure as :data:`deszoo.checks.EPISODE_STEPS`, kept here so that ``--help`` imports
+nothing heavy)."""
+
+EPISODE_SECONDS = 20.0
+"""``deszoo check``'s default bound on an episode's wall time
+(:data:`deszoo.checks.EPISODE_SECONDS`)."""
+
 __all__ = ["EXIT_INTERRUPTED", "EXIT_PIPE", "build_parser", "main", "run_episode"]
 
 EXIT_INTERRUPTED = 130
@@ -41,8 +50,9 @@ scenarios and their presets (--preset, default: default):
 
 
 def run_episode(name: str, seed: int = 0, preset: str | None = None,
-                policy: str = "heuristic") -> dict:
-    """Play one episode of ``name`` (a registered scenario or ``MODULE:ATTR``); return a
+                policy: str = "heuristic", max_steps: int | None = EPISODE_STEPS) -> dict:
+    """Play one episode of ``name`` (a registered scenario or ``MODULE:ATTR``), stopped after
+    ``max_steps`` steps if it has not ended (``ended_by`` is then ``"step cap"``); return a
     dict of summary figures."""
     import time
 
@@ -50,7 +60,7 @@ def run_episode(name: str, seed: int = 0, preset: str | None = None,
 
     what = target(name, preset)
     start = time.perf_counter()
-    env, figures = play(what, seed, policy)
+    env, figures = play(what, seed, policy, max_steps=max_steps)
     wall = time.perf_counter() - start
     env.close()
     steps = figures["steps"]
@@ -85,7 +95,7 @@ def _run(args: argparse.Namespace, plan: str) -> int:
         ("policy", plan),
     ])
     sys.stdout.flush()
-    s = run_episode(args.name, args.seed, args.preset, plan)
+    s = run_episode(args.name, args.seed, args.preset, plan, args.max_steps)
     sim_time = "n/a" if s["sim_time"] is None else f"{s['sim_time']:.2f}"
     events = ("n/a" if s["sim_events"] is None
               else f"{s['sim_events']} ({s['events_per_step']:.1f} per step)")
@@ -102,6 +112,13 @@ def _run(args: argparse.Namespace, plan: str) -> int:
     print(f"{'agent':<{_WIDTH}}  return")
     for agent, ret in s["returns"].items():
         print(f"{agent:<{_WIDTH}}  {ret:.3f}")
+    if s["ended_by"] == "step cap":
+        print(f"\ndeszoo run: stopped after {s['steps']} steps (--max-steps): the episode had "
+              f"not ended (simulated time {sim_time}). A model that runs forever needs an "
+              "end: give the env a max_time (or max_steps), or end the episode from the "
+              "model; deszoo check names the fix. For a longer episode, raise --max-steps.",
+              file=sys.stderr)
+        return 1
     if args.plot is not None:
         from deszoo.plots import plot_episode
 
@@ -155,7 +172,8 @@ def _run_check(args: argparse.Namespace, env_fn) -> int:
 
     print(f"checking {args.target} (seed {args.seed}, {args.steps} steps)")
     sys.stdout.flush()
-    verdicts = check(env_fn, seed=args.seed, steps=args.steps)
+    verdicts = check(env_fn, seed=args.seed, steps=args.steps,
+                     episode_steps=args.episode_steps, episode_seconds=args.episode_seconds)
     print(report(verdicts))
     failed = [v.name for v in verdicts if not v.ok]
     print(f"\n{len(verdicts) - len(failed)} of {len(verdicts)} checks passed"
@@ -311,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also draw the episode as a chart (a Gantt chart for the job shop, "
                      "queues and waits over time, ...) into FILE (default "
                      "deszoo-episode.png)")
+    run.add_argument("--max-steps", type=cliargs.positive_int, default=EPISODE_STEPS,
+                     metavar="N", help="stop an episode that has not ended after N steps, "
+                     f"with a message and exit status 1 (default {EPISODE_STEPS:_})")
     run.set_defaults(_parser=run, _check=_check_run, _run=_run)
 
     chk = sub.add_parser(
@@ -328,6 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"episode seed, {cliargs.SEED_HELP} (default 0)")
     chk.add_argument("--steps", type=cliargs.positive_int, default=200, metavar="N",
                      help="steps per episode checked (default 200)")
+    chk.add_argument("--episode-steps", type=cliargs.positive_int, default=EPISODE_STEPS,
+                     metavar="N", help="'episode ends' fails an episode not over after N "
+                     f"steps (default {EPISODE_STEPS:_})")
+    chk.add_argument("--episode-seconds", type=cliargs.positive_float,
+                     default=EPISODE_SECONDS, metavar="S",
+                     help="... or after S seconds of wall time, whichever comes first "
+                     f"(default {EPISODE_SECONDS:g})")
     chk.set_defaults(_parser=chk, _check=_check_check, _run=_run_check)
 
     lst = sub.add_parser("list", help="list the registered scenarios",

@@ -110,11 +110,13 @@ def target(text: str, preset: str | None = None) -> Target:
 
 
 def play(what: Target, seed: int, policy: str,
-         on_step: Callable[[Any, dict, dict], None] | None = None) -> tuple[Any, dict]:
+         on_step: Callable[[Any, dict, dict], None] | None = None,
+         max_steps: int | None = None) -> tuple[Any, dict]:
     """Play one episode from ``reset(seed=seed)``; ``on_step(env, rewards, infos)`` is
-    called after the reset (rewards empty) and after every step.
+    called after the reset (rewards empty) and after every step. ``max_steps`` stops an
+    episode that has not ended after that many steps (``ended_by`` is then ``"step cap"``).
 
-    Returns the env (episode over, not closed) and the figures of the episode.
+    Returns the env (episode over or stopped, not closed) and the figures of the episode.
     """
     if policy not in POLICIES:
         raise ConfigError(f"policy={policy!r}; valid: {', '.join(map(repr, POLICIES))}")
@@ -129,7 +131,11 @@ def play(what: Target, seed: int, policy: str,
     truncs: dict = {}
     if on_step is not None:
         on_step(env, {}, infos)
+    capped = False
     while env.agents:
+        if max_steps is not None and steps >= max_steps:
+            capped = True
+            break
         actions = {}
         for a in env.agents:
             info = infos.get(a, {}) or {}
@@ -154,7 +160,8 @@ def play(what: Target, seed: int, policy: str,
         "decisions": decisions,
         "sim_time": float(clock) if clock is not None else None,
         "sim_events": getattr(env, "num_events", None),
-        "ended_by": "truncation" if any(truncs.values()) else "termination",
+        "ended_by": ("step cap" if capped else "truncation" if any(truncs.values())
+                     else "termination"),
         "return_total": sum(returns.values()),
         "returns": returns,
     }
