@@ -99,7 +99,8 @@ def _watchdog(seconds: float):
     import signal
     import threading
 
-    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+    if not hasattr(signal, "setitimer") or (threading.current_thread()
+                                            is not threading.main_thread()):
         return contextlib.nullcontext()
 
     @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""The ``deszoo`` command: ``run``, ``check``, ``list``, ``scores``, ``bench`` and ``leaderboard``.
+"""The ``deszoo`` command: ``run``, ``check``, ``list``, ``scores``, ``profile``, ``bench`` and
+``leaderboard``.
 
 Every argument is checked before any work starts. Exit status: 0 on success; 1 when the
 work failed (a benchmark row, a rejected leaderboard file); 2 for a bad argument, with one
@@ -179,6 +180,39 @@ def _run_check(args: argparse.Namespace, env_fn) -> int:
     print(f"\n{len(verdicts) - len(failed)} of {len(verdicts)} checks passed"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
+
+
+def _check_profile(args: argparse.Namespace) -> list[str]:
+    """Check ``deszoo profile``'s arguments; return the vector modes to time."""
+    from deszoo.bench.modes import available_modes
+
+    cliargs.check_preset(args.name, args.preset or "default")
+    if args.no_vector:
+        if args.modes:
+            raise ConfigError("argument --modes: not with --no-vector")
+        return []
+    from deszoo.profile import DEFAULT_MODES
+
+    modes = args.modes or [m for m in DEFAULT_MODES if m in available_modes()]
+    bad = [m for m in modes if m not in available_modes() or m == "serial"]
+    if bad:
+        vector = [m for m in available_modes() if m != "serial"]
+        raise ConfigError(f"argument --modes: unknown or unavailable mode(s) {bad}; "
+                          f"available: {vector} (serial is the reference)")
+    return modes
+
+
+def _run_profile(args: argparse.Namespace, modes: list[str]) -> int:
+    from deszoo.profile import format_report, profile
+
+    def say(text: str) -> None:
+        print(f"  {text} ...", file=sys.stderr, flush=True)
+
+    report = profile(args.name, preset=args.preset, steps=args.steps, num_envs=args.num_envs,
+                     modes=modes, num_workers=args.workers, seed=args.seed,
+                     repeats=args.repeats, progress=say)
+    print(format_report(report))
+    return 0
 
 
 SCORES_EPILOG = """\
@@ -389,6 +423,40 @@ def build_parser() -> argparse.ArgumentParser:
                     help="folder of the entries (default: the current folder)")
     sc.add_argument("--force", action="store_true", help="replace an existing entry")
     sc.set_defaults(_parser=sc, _check=_check_scores, _run=_run_scores)
+
+    prof = sub.add_parser(
+        "profile",
+        help="where an env's step goes (SimPy, the bridge, the model by function, the dict "
+        "API, the vector transport) and what would pay most",
+        description="Profile one env (a scenario or your own, MODULE:ATTR): record N steps\n"
+        "of the random legal policy, time their replay through the array step, profile it\n"
+        "with cProfile (parts by where the code lives, scaled to the timed step; a CPU-time\n"
+        "sampler checks the shares), time the dict API and the vector transport at K envs,\n"
+        "and name the two or three changes that would pay most. docs/custom.md#speed\n"
+        "explains the figures.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    prof.add_argument("name", metavar="NAME", type=cliargs.env_name,
+                      help="the scenario, e.g. jobshop_v0, or your own env as MODULE:ATTR "
+                      "(importable from the current folder)")
+    prof.add_argument("--preset", default=None, metavar="P",
+                      help="the preset (default: default)")
+    prof.add_argument("--steps", type=cliargs.positive_int, default=2000, metavar="N",
+                      help="env steps recorded and replayed, autoresets included (default 2000)")
+    prof.add_argument("--num-envs", type=cliargs.positive_int, default=8, metavar="K",
+                      help="envs of the vector transport's rows (default 8)")
+    prof.add_argument("--modes", type=cliargs.names, default=None, metavar="M,N",
+                      help="vector modes timed against serial (default: roundrobin,shm)")
+    prof.add_argument("--workers", type=cliargs.positive_int, default=None, metavar="W",
+                      help="workers of the multiprocess modes (default: the usable cores, at "
+                      "most one per env)")
+    prof.add_argument("--no-vector", action="store_true", help="no vector transport rows")
+    prof.add_argument("--seed", type=cliargs.seed, default=0, metavar="S",
+                      help=f"env and policy seed, {cliargs.SEED_HELP} (default 0)")
+    prof.add_argument("--repeats", type=cliargs.positive_int, default=3, metavar="R",
+                      help="rounds of a timed and a profiled replay; the best of each is kept "
+                      "(default 3)")
+    prof.set_defaults(_parser=prof, _check=_check_profile, _run=_run_profile)
 
     bench_cli.add_commands(sub)
     return parser
