@@ -119,6 +119,12 @@ def _watchdog(seconds: float):
     return armed()
 
 
+def _hang_message(what: str, seconds: float, env: Any) -> str:
+    return (f"{what} did not return within {seconds:g} s{_clock(env)}: the simulation runs "
+            "without reaching a decision point or an end (e.g. a process that loops without "
+            f"yielding a timeout, or events but no decisions); {_never_ends_fix(env)}")
+
+
 def _check_ends(env_fn: Callable[[], Any], seed: int, max_steps: int,
                 max_seconds: float) -> str:
     """Play one episode under random legal actions until it ends or a bound is reached."""
@@ -146,11 +152,7 @@ def _check_ends(env_fn: Callable[[], Any], seed: int, max_steps: int,
                 n += 1
     except _Alarm:
         what = "reset" if n == 0 else f"step {n + 1}"
-        raise StepHangs(
-            f"{what} did not return within {max_seconds + 1:g} s{_clock(env)}: the simulation "
-            "runs without reaching a decision point or an end (e.g. a process that loops "
-            f"without yielding a timeout, or events but no decisions); {_never_ends_fix(env)}"
-        ) from None
+        raise StepHangs(_hang_message(what, max_seconds + 1.0, env)) from None
     return f"ended after {n} steps{_clock(env)}"
 
 
@@ -391,11 +393,15 @@ def check(env_fn: Callable[[], Any], seed: int = 0, steps: int = 200,
         env = env_fn()
         if not isinstance(env, ParallelEnv) and not hasattr(env, "possible_agents"):
             raise CheckFailed(f"{type(env).__name__} is not a PettingZoo ParallelEnv")
-        env.reset(seed=seed)
+        try:
+            with _watchdog(episode_seconds + 1.0):  # a reset that never returns
+                env.reset(seed=seed)
+        except _Alarm:
+            raise StepHangs(_hang_message("reset", episode_seconds + 1.0, env)) from None
         return type(env).__name__
 
     if not run("builds", builds):
-        return verdicts
+        return verdicts  # (a reset that never returns too: every other check would hang)
     if not run("episode ends", lambda: _check_ends(env_fn, seed, episode_steps,
                                                    episode_seconds)):
         if hung:

@@ -249,7 +249,11 @@ def _check_scores(args: argparse.Namespace):
     if args.policy == "random":
         policy, name, source = random_policy(0), "random", "builtin:random"
     elif args.policy == "heuristic":
-        policy, name, source = heuristic_policy(args.name), "heuristic", "builtin:heuristic"
+        try:
+            policy = heuristic_policy(args.name)
+        except ConfigError as exc:
+            raise ConfigError(f"argument POLICY: {exc}; use random") from None
+        name, source = "heuristic", "builtin:heuristic"
     elif args.policy.endswith(".zip") or Path(args.policy).is_file():
         policy, timesteps = _load_sb3(Path(args.policy))
         name, source = Path(args.policy).stem, str(args.policy)
@@ -408,8 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sc.add_argument("policy", metavar="POLICY",
                     help="random, heuristic, MODULE:ATTR or a saved SB3 model (see below)")
-    sc.add_argument("name", type=cliargs.scenario, metavar="NAME",
-                    help="the scenario, e.g. loadbalance_v0")
+    sc.add_argument("name", type=cliargs.env_name, metavar="NAME",
+                    help="the scenario, e.g. loadbalance_v0, or your own env as MODULE:ATTR")
     sc.add_argument("--preset", default="default", metavar="P",
                     help="the scenario's preset (default: default)")
     sc.add_argument("--seeds", type=cliargs.positive_int, default=20, metavar="N",

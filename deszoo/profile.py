@@ -697,6 +697,8 @@ def format_report(r: Report) -> str:
         "replay loop": "replay loop (the profile's own loop)",
     }
     for p in r.parts:
+        if p.name == "SimPy" and r.events_per_step is None and not p.raw_us:
+            continue  # not a SimPy model (or not one deszoo can see into)
         label = names[p.name]
         if p.name == "SimPy" and r.events_per_step:
             label = (f"SimPy ({r.events_per_step:.1f} events, "

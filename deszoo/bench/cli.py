@@ -91,7 +91,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        f"{QUICK_SCENARIO_REPEATS} repeats per row")
     suite.add_argument("--standard", action="store_true",
                        help="the leaderboard's suite (every scenario; several minutes)")
-    suite.add_argument("--autotune", metavar="ENV", type=cliargs.scenario,
+    suite.add_argument("--autotune", metavar="ENV", type=cliargs.env_name,
                        help="sweep workers x envs per worker for ENV; recommend the fastest")
     b.add_argument("--scenarios", type=cliargs.names, metavar="A,B",
                    help="scenarios, 'all', or NAME/PRESET entries, where NAME may be your "

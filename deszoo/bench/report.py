@@ -285,7 +285,8 @@ def conclusion(result: dict) -> str | None:
             instead.append(f"more envs per worker (--num-envs {envs * 4})")
     head = "conclusion: " + "; ".join([*parts, text])
     if why:
-        head += f": {' and '.join(why)}; run instead with {', '.join(instead)}"
+        said = why[0] if len(why) == 1 else ", ".join(why[:-1]) + " and " + why[-1]
+        head += f": {said}; run instead with {', '.join(instead)}"
     return head
 
 
