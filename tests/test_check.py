@@ -98,7 +98,8 @@ class _Router(deszoo.core.SimPyParallelEnv):
     """A deszoo model of a user's: one router decides every time unit."""
 
     metadata = {"name": "router_v0", "render_modes": []}
-    params = {"bug": deszoo.core.Param("", lambda v: None, "which bug to have")}
+    params = {"bug": deszoo.core.Param("", lambda v: None, "which bug to have"),
+              "max_time": deszoo.core.COMMON["max_time"].with_default(50.0)}
 
     def _setup(self):
         return deszoo.core.discrete(["router_0", "router_1"], [0.0], [1.0], 2)
