@@ -10,6 +10,7 @@ line ``deszoo: error: ...`` on stderr; 130 on Ctrl-C; 141 when stdout was closed
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -51,17 +52,19 @@ scenarios and their presets (--preset, default: default):
 
 
 def run_episode(name: str, seed: int = 0, preset: str | None = None,
-                policy: str = "heuristic", max_steps: int | None = EPISODE_STEPS) -> dict:
+                policy: str = "heuristic", max_steps: int | None = EPISODE_STEPS,
+                on_step=None) -> dict:
     """Play one episode of ``name`` (a registered scenario or ``MODULE:ATTR``), stopped after
     ``max_steps`` steps if it has not ended (``ended_by`` is then ``"step cap"``); return a
-    dict of summary figures."""
+    dict of summary figures. ``on_step(env, rewards, infos)`` is called after the reset and
+    after every step."""
     import time
 
     from deszoo.episodes import play, target
 
     what = target(name, preset)
     start = time.perf_counter()
-    env, figures = play(what, seed, policy, max_steps=max_steps)
+    env, figures = play(what, seed, policy, on_step=on_step, max_steps=max_steps)
     wall = time.perf_counter() - start
     env.close()
     steps = figures["steps"]
@@ -87,6 +90,50 @@ def _print_rows(rows: list[tuple[str, object]]) -> None:
         print(f"{key:<{_WIDTH}}  {value}")
 
 
+STALL_SECONDS = 20.0
+"""``deszoo run`` says so on stderr when no step has returned for this long."""
+
+
+@contextlib.contextmanager
+def _stall_notice(seconds: float = STALL_SECONDS):
+    """Yield an ``on_step`` callback; while it is not called for ``seconds``, print a notice
+    on stderr every ``seconds`` (a step that never returns must not be a silent hang).
+    Watches nothing outside the main thread or without ``SIGALRM``."""
+    import signal
+    import threading
+
+    seen = {"steps": -1, "env": None}
+
+    def on_step(env, rewards, infos):
+        seen["steps"] += 1
+        seen["env"] = env
+
+    if not hasattr(signal, "setitimer") or (threading.current_thread()
+                                            is not threading.main_thread()):
+        yield on_step
+        return
+    last = {"steps": -2}
+
+    def tick(signum, frame):
+        if seen["steps"] == last["steps"]:
+            now = getattr(seen["env"], "now", None)
+            clock = "" if now is None else f", simulated time {float(now):.6g}"
+            what = "the reset" if seen["steps"] < 0 else f"step {seen['steps'] + 1}"
+            print(f"deszoo run: {what} has not returned for {seconds:g} s{clock}: a model "
+                  "whose processes run without reaching a decision point or an end never "
+                  "returns (deszoo check names the fix); Ctrl-C stops it", file=sys.stderr,
+                  flush=True)
+        last["steps"] = seen["steps"]
+
+    old = signal.signal(signal.SIGALRM, tick)
+    signal.setitimer(signal.ITIMER_REAL, seconds, seconds)
+    try:
+        yield on_step
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def _run(args: argparse.Namespace, plan: str) -> int:
     """``deszoo run``: the first lines before the episode (so that a long one shows that it
     started), the figures after it. ``plan`` is the policy."""
@@ -96,7 +143,8 @@ def _run(args: argparse.Namespace, plan: str) -> int:
         ("policy", plan),
     ])
     sys.stdout.flush()
-    s = run_episode(args.name, args.seed, args.preset, plan, args.max_steps)
+    with _stall_notice() as on_step:
+        s = run_episode(args.name, args.seed, args.preset, plan, args.max_steps, on_step)
     sim_time = "n/a" if s["sim_time"] is None else f"{s['sim_time']:.2f}"
     events = ("n/a" if s["sim_events"] is None
               else f"{s['sim_events']} ({s['events_per_step']:.1f} per step)")

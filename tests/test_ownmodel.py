@@ -235,3 +235,17 @@ def test_run_stops_a_model_that_never_ends_with_a_message(in_models, capsys):
 def test_run_default_cap_is_stated_in_help(capsys):
     assert main(["run", "--help"]) == 0
     assert "--max-steps N" in capsys.readouterr().out
+
+
+def test_run_says_when_a_step_does_not_return(capsys):
+    """deszoo run's stall notice (here after 0.1 s instead of 20): never a silent hang."""
+    import time
+
+    from deszoo.cli import _stall_notice
+
+    with _stall_notice(0.1) as on_step:
+        on_step(None, {}, {})  # the reset returned
+        time.sleep(0.35)  # step 1 does not return
+    err = capsys.readouterr().err
+    assert err.startswith("deszoo run: step 1 has not returned for 0.1 s"), err
+    assert "deszoo check names the fix" in err
