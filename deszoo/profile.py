@@ -651,7 +651,7 @@ def advise(report: Report) -> list[str]:
             free = ("" if report.free_cores is None
                     else f" ({report.free_cores:.1f} cores were free)")
             if report.free_cores is not None and report.free_cores < t.num_workers - 0.25:
-                found.append((0.3, (
+                found.append((0.01, (  # a caveat, not a change: last
                     f"{t.mode} with {t.num_workers} workers ran at {t.speedup:.2f}x serial, "
                     f"but only {report.free_cores:.1f} cores were free: time the vector "
                     "transport on an idle machine before deciding")))

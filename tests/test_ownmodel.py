@@ -249,3 +249,11 @@ def test_run_says_when_a_step_does_not_return(capsys):
     err = capsys.readouterr().err
     assert err.startswith("deszoo run: step 1 has not returned for 0.1 s"), err
     assert "deszoo check names the fix" in err
+
+
+def test_the_bounds_are_one_figure():
+    """cli.py keeps its own copy of the bounds (so that --help imports nothing heavy)."""
+    from deszoo import checks, cli
+
+    assert (cli.EPISODE_STEPS, cli.EPISODE_SECONDS) == (checks.EPISODE_STEPS,
+                                                        checks.EPISODE_SECONDS)
