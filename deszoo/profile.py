@@ -591,6 +591,16 @@ def _transport(name: str, preset: str | None, num_envs: int, modes, num_workers:
 
 
 # ---- advice ---------------------------------------------------------------------------------
+def _share(part: Part, step: float) -> tuple[float, str]:
+    """A part's share of the step for the advice: the profile's, or, where the sampler
+    disagrees by more than :data:`TOLERANCE`, the middle of the two (and both, as a range)."""
+    share = part.us / step if step else 0.0
+    if part.sampled is None or abs(part.sampled - share) <= TOLERANCE:
+        return share, f"{share:.0%}"
+    lo, hi = sorted((share, part.sampled))
+    return (lo + hi) / 2, f"{lo:.0%}-{hi:.0%} (profile and sampler)"
+
+
 def advise(report: Report) -> list[str]:
     """The two or three changes that would pay most, largest share first."""
     step = report.step_us
@@ -616,19 +626,19 @@ def advise(report: Report) -> list[str]:
                 found.append((share, f"{share:.0%} of the step is the model's `{f.name}` "
                                      f"({f.where}); see {SPEED_DOCS}"))
     sim = report.part("SimPy")
-    share = sim.us / step
+    share, said = _share(sim, step)
     if share >= 0.2 and report.events_per_step:
         per = sim.us / report.events_per_step
         found.append((share, (
-            f"{share:.0%} of the step is SimPy's event loop ({report.events_per_step:.1f} "
+            f"{said} of the step is SimPy's event loop ({report.events_per_step:.1f} "
             f"events per step, {per:.2f} us each): fewer events pay, e.g. events that touch "
             "only their own corner of the model served together, a plain FIFO instead of "
             f"a simpy.Resource; see {SPEED_DOCS}")))
     bridge = report.part("bridge")
-    share = bridge.us / step
+    share, said = _share(bridge, step)
     if share >= 0.4:
         found.append((share, (
-            f"{share:.0%} of the step is the bridge ({bridge.us:.1f} us): the model does "
+            f"{said} of the step is the bridge ({bridge.us:.1f} us): the model does "
             "little per step, so the step's fixed cost dominates; more work per step pays "
             "(agents of a round deciding together: every(..., together=True))")))
     if report.dict_us is not None and step > 0:
@@ -724,6 +734,10 @@ def format_report(r: Report) -> str:
         + f" SimPy's own Python alone (as docs/benchmarks.md counts it): "
         f"{(simpy.us - simpy.library_us) / step:.0%} of the step."
     )
+    if gap is not None and gap > TOLERANCE:
+        note += (" Where they differ by more than that, read a part's share as the range "
+                 "between the two: cProfile's cost per call inflates parts made of many small "
+                 "calls (SimPy's), the sampler leans towards the functions entered next.")
     if not r.adds_up:
         note += " The machine's load likely changed during the run: rerun, or with more --steps."
     lines += ["", *textwrap.wrap(note, WIDTH)]

@@ -257,3 +257,11 @@ def test_the_bounds_are_one_figure():
 
     assert (cli.EPISODE_STEPS, cli.EPISODE_SECONDS) == (checks.EPISODE_STEPS,
                                                         checks.EPISODE_SECONDS)
+
+
+def test_advice_gives_a_range_where_the_sampler_disagrees():
+    from deszoo.profile import Part, _share
+
+    assert _share(Part("SimPy", 30.0, 90.0, 3.0, 40.0, sampled=0.33), 100.0) == (0.3, "30%")
+    mid, said = _share(Part("SimPy", 43.0, 90.0, 3.0, 40.0, sampled=0.17), 100.0)
+    assert mid == pytest.approx(0.30) and said == "17%-43% (profile and sampler)"
