@@ -138,10 +138,11 @@ def score_work(scenario: str, preset: str = "default", seeds: Sequence[int] = SE
     The config is the scenario's ``env.config`` after the preset and ``env_kwargs`` are
     applied, so two spellings of the same scenario parameters give the same work.
     """
-    from deszoo.registry import env_module
+    from deszoo.episodes import env_factory
 
-    env = env_module(scenario).parallel_env(preset=preset, **env_kwargs)
-    config = json.loads(json.dumps(env.config, sort_keys=True, default=_jsonable))
+    env = env_factory(scenario, preset, **env_kwargs)()  # a user's env too (MODULE:ATTR)
+    config = json.loads(json.dumps(getattr(env, "config", None) or {}, sort_keys=True,
+                                   default=_jsonable))
     env.close()
     match = re.search(r"_v(\d+)$", scenario)
     return {
@@ -208,7 +209,8 @@ def score(policy: Policy, scenario: str, preset: str = "default", *, name: str,
 def entry_path(entry: dict[str, Any], directory: str | Path = DEFAULT_DIR) -> Path:
     """Where ``entry`` is stored: ``SCENARIO-PRESET-POLICY.json`` in ``directory``."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", entry["policy"]).strip("-") or "policy"
-    return Path(directory) / f"{entry['scenario']}-{entry['preset']}-{slug}.json"
+    scenario = re.sub(r"[^A-Za-z0-9_.-]+", "-", entry["scenario"])  # MODULE:ATTR
+    return Path(directory) / f"{scenario}-{entry['preset']}-{slug}.json"
 
 
 # ---- the schema -------------------------------------------------------------------------
