@@ -107,3 +107,19 @@ def test_warehouse_via_table_equals_its_search():
                 for a in range(n_aisles):
                     assert model._via(end, x, a) == WarehouseModel._via_search(n_aisles, end,
                                                                                x, a)
+
+
+def test_plain_numbers_and_a_bound_from_other_parameters():
+    from deszoo.core.params import Least, Param, check_all, optional, plain, real
+
+    assert plain((np.uint8(3), [np.float32(0.5), np.bool_(True)])) == (3, [0.5, True])
+    assert type(plain(np.int64(7))) is int and plain("x") == "x"
+    least = Least("span / 10", ("span",), lambda v: v["span"] / 10, "ten ticks a span")
+    params = {"span": Param(None, optional(real(0)), ""),
+              "tick": Param(1.0, real(0, open_min=True, at_least=least), "")}
+    assert "x >= span / 10" in params["tick"].expects
+    check_all("toy", params, {"span": None, "tick": 1e-9})  # no span: no bound
+    check_all("toy", params, {"span": 10.0, "tick": 1.0})
+    with pytest.raises(ConfigError, match=r"toy: tick=0.5 must be at least span / 10 = 1 with "
+                                          r"span=10.0 \(ten ticks a span\)"):
+        check_all("toy", params, {"span": 10.0, "tick": 0.5})

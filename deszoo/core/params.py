@@ -287,8 +287,9 @@ def check_all(name: str, params: Mapping[str, Param], values: Mapping[str, Any],
             raise ConfigError(f"{name}: {given.get(key, key)}={value!r} must be {expects}")
     for key, param in params.items():  # bounds computed from other parameters
         bound = getattr(param.check, "at_least", None)
-        if bound is None or values[key] is None or any(k not in values for k in bound.uses):
-            continue
+        if bound is None or values[key] is None or any(values.get(k) is None
+                                                       for k in bound.uses):
+            continue  # (a limit being set alone, or a parameter that is None: no bound)
         least = bound.fn(values)
         if values[key] < least:
             uses = ", ".join(f"{k}={values[k]!r}" for k in bound.uses)
