@@ -216,11 +216,14 @@ def image_file(text: str) -> Path:
     return path
 
 
-def check_output_path(path: Path, option: str) -> None:
+def check_output_path(path: Path, option: str, force: bool | None = None) -> None:
     """Raise :class:`ConfigError` unless ``path`` can be written: its folder exists, and it
-    is not a folder itself."""
+    is not a folder itself; with ``force=False``, not an existing file either (the command
+    has ``--force`` to replace one)."""
     if path.is_dir():
         raise ConfigError(f"argument {option}: {str(path)!r} is a folder; give a file name")
+    if force is False and path.exists():
+        raise ConfigError(f"argument {option}: {str(path)!r} exists; pass --force to replace it")
     folder = path.parent
     if not folder.is_dir():
         raise ConfigError(f"argument {option}: folder {str(folder)!r} does not exist")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from deszoo import __version__
 from deszoo import _cliargs as cliargs
-from deszoo.errors import ConfigError
+from deszoo.errors import ConfigError, InvalidActionError
 
 EPISODE_STEPS = 100_000
 """``deszoo check``'s and ``deszoo run``'s default bound on an episode's steps (the same
@@ -197,7 +197,7 @@ def _check_run(args: argparse.Namespace) -> str:
         raise ConfigError(f"argument --policy: {args.name} has no heuristic(obs, mask) in its "
                           "module; use --policy random")
     if args.plot is not None:
-        cliargs.check_output_path(args.plot, "--plot")
+        cliargs.check_output_path(args.plot, "--plot", force=args.force)
         try:
             import matplotlib  # noqa: F401
         except ImportError:
@@ -284,6 +284,11 @@ Write docs/scores.md from the entries with: python -m deszoo.scores --docs
 """
 
 
+MAX_SCORE_SEEDS = 100_000
+"""The most held-out seeds ``deszoo scores --seeds`` takes (their episodes run side by side;
+the seeds stay far below ``2**32``)."""
+
+
 def _check_scores(args: argparse.Namespace):
     """Check the ``deszoo scores`` arguments and load the policy: ``(policy, name, source,
     training)``."""
@@ -291,6 +296,10 @@ def _check_scores(args: argparse.Namespace):
     if args.seeds < 2:
         raise ConfigError(f"argument --seeds: a confidence interval needs at least 2 seeds, "
                           f"got {args.seeds}")
+    if args.seeds > MAX_SCORE_SEEDS:
+        raise ConfigError(f"argument --seeds: {args.seeds} is more than {MAX_SCORE_SEEDS:,}, "
+                          "the most a score runs (one episode per seed, all at once in one "
+                          "vector env)")
     from deszoo.policies import heuristic_policy, random_policy
 
     training = None
@@ -317,6 +326,9 @@ def _check_scores(args: argparse.Namespace):
                 f"argument POLICY: {exc}; expected random, heuristic, MODULE:ATTR or a saved "
                 "SB3 model (.zip)"
             ) from None
+        from deszoo.scores import checked_policy
+
+        policy = checked_policy(policy, args.policy)  # ConfigError if not policy(obs, mask)
         name, source = args.policy, f"callable:{args.policy}"
     if args.train_wall is not None and training is None:
         raise ConfigError("argument --train-wall: only for a saved SB3 model")
@@ -365,15 +377,33 @@ def _run_scores(args: argparse.Namespace, plan) -> int:
     """``deszoo scores``: evaluate, print mean and interval, write the entry."""
     import json
 
-    from deszoo.scores import SEEDS, score
+    from deszoo.scores import SEEDS, PolicyFailed, score
 
     policy, name, source, training, path = plan
     seeds = range(SEEDS[0], SEEDS[0] + args.seeds)
     print(f"scoring {name} on {args.name} (preset {args.preset}), seeds "
           f"{seeds[0]}..{seeds[-1]}")
     sys.stdout.flush()
-    entry = score(policy, args.name, args.preset, name=name, seeds=seeds, source=source,
-                  training=training, command=" ".join(["deszoo", *(args.argv or sys.argv[1:])]))
+    try:
+        entry = score(policy, args.name, args.preset, name=name, seeds=seeds, source=source,
+                      training=training,
+                      command=" ".join(["deszoo", *(args.argv or sys.argv[1:])]))
+    except PolicyFailed as exc:  # the policy's own lines of the traceback, then one line
+        import traceback
+
+        cause = exc.__cause__
+        if cause is not None:
+            print("".join(traceback.format_exception(cause)).rstrip(), file=sys.stderr)
+        print(cliargs.error_line(f"argument POLICY: {exc}", args._parser.prog),
+              file=sys.stderr)
+        return 2
+    except InvalidActionError as exc:  # an action outside the space
+        print(cliargs.error_line(f"argument POLICY: {args.policy} gave an invalid action: "
+                                 f"{exc}", args._parser.prog), file=sys.stderr)
+        return 2
+    except ConfigError as exc:  # e.g. more envs than the machine has memory for
+        print(cliargs.error_line(str(exc), args._parser.prog), file=sys.stderr)
+        return 2
     lo, hi = entry["ci95"]
     print(f"mean return {entry['mean']:.2f}, 95% CI [{lo:.2f}, {hi:.2f}] "
           f"({len(seeds)} episodes, {entry['eval_wall_s']:.1f} s)")
@@ -418,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-steps", type=cliargs.positive_int, default=EPISODE_STEPS,
                      metavar="N", help="stop an episode that has not ended after N steps, "
                      f"with a message and exit status 1 (default {EPISODE_STEPS:_})")
+    run.add_argument("--force", action="store_true", help="replace an existing --plot file")
     run.set_defaults(_parser=run, _check=_check_run, _run=_run)
 
     chk = sub.add_parser(
@@ -465,7 +496,8 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--preset", default="default", metavar="P",
                     help="the scenario's preset (default: default)")
     sc.add_argument("--seeds", type=cliargs.positive_int, default=20, metavar="N",
-                    help="evaluate on the first N held-out seeds (default 20)")
+                    help="evaluate on the first N held-out seeds (default 20, at most "
+                    f"{MAX_SCORE_SEEDS:,})")
     sc.add_argument("--label", default=None, metavar="NAME",
                     help="the policy's name in the entry and the tables (default: random, "
                     "heuristic, MODULE:ATTR, or the model file's stem)")

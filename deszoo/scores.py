@@ -37,6 +37,8 @@ __all__ = [
     "SEEDS",
     "TRAINING_FIELDS",
     "Entry",
+    "PolicyFailed",
+    "checked_policy",
     "entry_path",
     "load",
     "render",
@@ -128,6 +130,45 @@ def t_interval(returns: Sequence[float], level: float = 0.95) -> tuple[float, fl
         raise ValueError(f"a t-interval needs at least 2 returns, got {x.size}")
     half = t_quantile(0.5 + level / 2.0, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
     return float(x.mean() - half), float(x.mean() + half)
+
+
+# ---- a user's policy -------------------------------------------------------------------
+class PolicyFailed(Exception):
+    """A policy given as ``MODULE:ATTR`` raised (the cause), or returned what is not one
+    action per row."""
+
+
+def checked_policy(fn: Any, spec: str) -> Policy:
+    """``fn`` (named ``spec``, e.g. ``"my.module:act"``) as a policy whose failures name it.
+
+    Raises :class:`~deszoo.errors.ConfigError` now if ``fn`` cannot be called with
+    ``(obs, mask)``; the policy returned raises :class:`PolicyFailed` when a call raises or
+    returns what is not one int per row (the actions as int64, as :func:`evaluate` takes
+    them).
+    """
+    import inspect
+
+    from deszoo.errors import ConfigError
+
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError as exc:
+        raise ConfigError(f"argument POLICY: {spec} cannot be called as policy(obs, mask): "
+                          f"{exc}") from None
+    except ValueError:  # no signature to read (some builtins): the first call tells
+        pass
+
+    def policy(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        try:
+            actions = np.asarray(fn(obs, mask), dtype=np.int64)
+        except Exception as exc:
+            raise PolicyFailed(f"{spec} raised {type(exc).__name__}: {exc}") from exc
+        if actions.shape != (len(obs),):
+            raise PolicyFailed(f"{spec} returned actions of shape {actions.shape}; expected "
+                               f"one per row, shape ({len(obs)},)")
+        return actions
+
+    return policy
 
 
 # ---- the work ---------------------------------------------------------------------------

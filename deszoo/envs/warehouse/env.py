@@ -125,9 +125,10 @@ class WarehouseEnv(SimPyParallelEnv):
         "max_lines": Param(4, integer(1, 64), "an order has 1..max_lines lines (uniform)"),
         "skew": Param(0.5, real(0, 10),
                       "aisle popularity: aisle a has weight (a + 1)^(-skew) (0: uniform)"),
-        "utilization": Param(1.2, real(0, 100, open_min=True),
+        "utilization": Param(1.2, real(0.001, 100),
                              "arrival rate relative to the fleet's capacity when it picks one "
-                             "order per tour without blocking; above 1 the robots must batch"),
+                             "order per tour without blocking; above 1 the robots must batch "
+                             "(at least 0.001: orders arrive within finite, bounded time)"),
         "initial_orders": Param(12, integer(0, 100_000), "orders already open at t = 0"),
         "capacity": Param(3, integer(1, 64), "orders a robot carries in one tour"),
         "cell_time": Param(1.0, real(0, 3600, open_min=True),
