@@ -107,6 +107,8 @@ POINTS: dict[str, tuple[bool, bool]] = {
     "marked": (True, True),
     "after": (True, False),  # while the results are copied
 }
+# Fault points of the transport's exchange, which an in-place step (roundrobin) never passes.
+STEP_IN_PLACE = ("handout", "wait", "polled", "taken")
 # Envs of the harness (ChaosFactory) travel by value: Ray's workers cannot import this module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -803,8 +805,11 @@ class _Chaos:
         rng.shuffle(kinds)
         seen: Counter = Counter()
         plan = {}
+        # roundrobin's step runs the envs as it goes: no hand-out, wait or poll to land in
+        # (a failure takes the general way, but a step is not planned to fail here).
+        skip = STEP_IN_PLACE if cfg.backend == "roundrobin" else ()
         points = [p for p, (_, needs) in POINTS.items()
-                  if p in cfg.points and (cfg.has_processes or not needs)]
+                  if p in cfg.points and (cfg.has_processes or not needs) and p not in skip]
         for s, kind in zip(steps, kinds, strict=True):
             j = seen[kind]
             seen[kind] += 1
@@ -962,7 +967,8 @@ class _Chaos:
         if point is not None:
             rep.faults["sigint"] += 1
             if point == "settle" and vec.state is not State.INTERRUPTED:
-                point = "wait"  # the last step was cut short before its hand-out
+                # the last step was cut short before its hand-out: this one's, then
+                point = "after" if self.cfg.backend == "roundrobin" else "wait"
             if point == "settle":
                 applied = False  # it lands before this step's hand-out
             else:

@@ -186,7 +186,7 @@ def test_shm_worker_stopped_between_answer_and_data_times_out():
 
 
 @pytest.mark.parametrize("points, backend", [
-    (("polled",), "shm"), (("polled",), "roundrobin"), (("polled",), "supersuit"),
+    (("polled",), "shm"), (("before", "after"), "roundrobin"), (("polled",), "supersuit"),
     (("handle",), "shm"), (("restart",), "shm"), (("marked",), "supersuit"),
 ])
 def test_ctrl_c_anywhere_in_a_step(points, backend):
@@ -364,7 +364,10 @@ def test_every_fault_point_is_reached(name, backend_opts):
     finishes it. A point renamed or lost in a refactor fails here, not silently in chaos."""
     opts = backend_opts(POINT_RUNS[name])
     has_workers = opts["backend"] != "roundrobin" and opts.get("num_workers", 2) > 1
-    factory = ChaosFactory(ToyEnv, FaultSchedule(at=((11, 1, 2, "raise"),)))  # env 1, step 2
+    at = ((11, 1, 2, "raise"),)  # env 1, step 2
+    if name == "roundrobin":  # its step cannot be cut unless it fails (then it polls)
+        at += ((10, 1, 5, "raise"),)  # env 0 fails in the step cut at "wait"
+    factory = ChaosFactory(ToyEnv, FaultSchedule(at=at))
     vec = make_vec(factory, 4, seed=10, on_error="restart", timeout=5.0, **opts)
     seen: list[str] = []
     vec.fault_hook = seen.append

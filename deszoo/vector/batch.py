@@ -20,10 +20,6 @@ from deszoo.vector._host import Buffers
 __all__ = ["Batch"]
 
 
-def _same(a: np.ndarray) -> np.ndarray:
-    return a
-
-
 class Batch:
     """The rows of a vector env: ``num_sims`` envs of ``n`` agents each, env-major.
 
@@ -136,7 +132,7 @@ class Batch:
             self.hook("after")
         take: Callable[[np.ndarray], np.ndarray]
         if rows is None:
-            take = np.ndarray.copy if self.copy else _same
+            take = np.ndarray.copy if self.copy else np.ndarray.view  # (C: no frame)
             sim_time = bufs.sim_time[self.row_sim]
             restarted = take(self.restarted)
         else:

@@ -390,14 +390,16 @@ class WorkerPool:
     def step(self, same_step: bool) -> dict[int, Reply] | None:
         """A sync step of every worker (actions in ``bufs.act``): ``None`` when every
         worker answered ``ok`` with nothing to report, else every worker's reply."""
-        ws = self.workers
         deadline = time.monotonic() + self.timeout + self.transport.grace
-        got = self.transport.step(ws, same_step, deadline)
-        if got is None:
-            return None
+        got = self.transport.step(self.workers, same_step, deadline)
+        return None if got is None else self.step_replies(got, deadline)
+
+    def step_replies(self, got: list[Reply], deadline: float) -> dict[int, Reply]:
+        """Every worker's reply to a sync step whose transport did not report all ``ok``
+        (``got``: the replies it had)."""
         for r in got:
             self.take(r)
-        return self.collect(ws, deadline)
+        return self.collect(self.workers, deadline)
 
     def collect(self, ws: Sequence[Worker], deadline: float | None = None) -> dict[int, Reply]:
         """One reply from each worker of ``ws`` (``"hung"`` at ``deadline``, by default

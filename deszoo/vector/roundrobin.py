@@ -14,7 +14,7 @@ from typing import Any
 from deszoo.vector._host import Buffers, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
 from deszoo.vector.options import option
-from deszoo.vector.pool import Reply, Transport, Worker, post_guarded
+from deszoo.vector.pool import Reply, Transport, Worker, sigint_deferred
 
 __all__ = ["InProcess", "RoundRobinVecEnv"]
 
@@ -48,22 +48,25 @@ class InProcess(Transport):
                 self.hook("handout")
 
     def step(self, ws: Sequence[Worker], same_step: bool, deadline: float) -> list[Reply] | None:
-        # The hot path: the groups step as posted (Ctrl-C held off until all have), and when
-        # none reports a failure no reply goes through the lifecycle's poll. A failure takes
-        # the general way.
-        post_guarded(self, ws, "step", same_step)
-        hook = self.hook
-        if hook is not None:
-            hook("wait")
-            hook("polled")
-        if any(r.failures for r in self.replies):
-            return []  # the lifecycle polls the replies and handles the failures
-        self.replies.clear()
+        # The hot path: the groups step here, with Ctrl-C held off until all have (a batch
+        # stepped in part can be neither finished nor undone). A group whose envs failed
+        # leaves its reply queued for poll with its command set, so that a Ctrl-C raised
+        # as the block ends loses no failure; then every worker replies the general way.
+        failed = False
+        with sigint_deferred():
+            for w in ws:
+                failures = w.handle.step(same_step)
+                if failures:
+                    w.command = "step"
+                    self.replies.append(Reply(w.index, "ok", failures))
+                    failed = True
+        if not failed:
+            return None
         for w in ws:
-            w.command = None  # taken
-        if hook is not None:
-            hook("taken")
-        return None
+            if w.command is None:
+                w.command = "step"
+                self.replies.append(Reply(w.index, "ok"))
+        return []  # the pool polls the replies
 
     def poll(self, deadline: float, want: int) -> list[Reply]:
         out, self.replies = self.replies, []
