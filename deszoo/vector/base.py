@@ -35,7 +35,6 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from deszoo import errors as _errors
 from deszoo.core.config import is_int
 from deszoo.core.groups import AgentRows
 from deszoo.errors import (
@@ -64,16 +63,6 @@ from deszoo.vector.pool import (
 __all__ = ["COMMON_OPTIONS", "NEXT", "DeszooVecEnv", "State", "VecSpec", "step_seconds"]
 
 log = logging.getLogger("deszoo.vector")
-
-# Errors of call/get_attr/set_attr re-raised in the parent as their own type.
-_CALL_ERRORS: dict[str, type[Exception]] = {
-    cls.__name__: cls
-    for cls in (AttributeError, TypeError, ValueError, KeyError, IndexError, NotImplementedError)
-}
-_CALL_ERRORS.update(
-    (name, getattr(_errors, name)) for name in _errors.__all__
-    if name not in ("SubEnvError",) and issubclass(getattr(_errors, name), ValueError)
-)
 
 _AUTORESET = ("NextStep", "SameStep", "Disabled")
 
@@ -408,7 +397,6 @@ class DeszooVecEnv(VectorEnv):
             if "transport" in self.__dict__:
                 self.transport.close()
         finally:
-            self.closed = True
             self._to(State.CLOSED)
 
     # ---- the Gymnasium API --------------------------------------------------------------
@@ -580,15 +568,7 @@ class DeszooVecEnv(VectorEnv):
     def _call(self, call: Call, sims: Sequence[int] | None = None) -> list:
         self._enter("call")
         sims = list(range(self.num_sims)) if sims is None else sims
-        values = list(call.values)
-        plan: dict[int, Call] = {}
-        for w in self._workers:
-            mine = [j for j, s in enumerate(sims) if s in w.sims]
-            if mine:
-                plan[w.index] = Call(
-                    call.kind, call.name, tuple(sims[j] for j in mine), call.args, call.kwargs,
-                    tuple(values[j] for j in mine) if values else (),
-                )
+        plan = self.pool.plan_call(call, sims)
         ws = [self._workers[i] for i in plan]
         self._calling()
         replies = self.pool.exchange(ws, "call", plan)
@@ -606,11 +586,7 @@ class DeszooVecEnv(VectorEnv):
         self._to(self._resume)
         failures = [f for r in replies.values() for f in r.failures]
         if failures:  # the caller's mistake (no such attribute, a bad value): its own type
-            f = min(failures, key=lambda f: f.env_index)
-            cls = _CALL_ERRORS.get(f.error_type)
-            if cls is not None:
-                raise cls(f"env {f.env_index}: {f.message}")
-            raise self.faults.sub_env_error(failures)
+            raise self.faults.call_error(failures)
         out: dict[int, Any] = {}
         for i, c in plan.items():
             r = replies[i]
@@ -627,14 +603,23 @@ class DeszooVecEnv(VectorEnv):
         if self.closed:
             return
         if "transport" not in self.__dict__:  # __init__ failed early (Gymnasium may still call)
-            self.closed = True
+            self._state = State.CLOSED
             return
         try:
             self.close_extras(**kwargs)
             self.transport.close()
         finally:
-            self.closed = True
             self._to(State.CLOSED)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (state ``CLOSED``; Gymnasium's attribute)."""
+        return self.__dict__.get("_state", State.CLOSED) is State.CLOSED
+
+    @closed.setter
+    def closed(self, value: bool) -> None:  # Gymnasium's wrappers set it after close()
+        if value and not self.closed:
+            self.close()
 
     def close_extras(self, **kwargs: Any) -> None:
         """Backend-specific cleanup before the workers stop (optional)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from deszoo import errors as _errors
 from deszoo.core.config import check_seed, is_int
 from deszoo.errors import ConfigError, SubEnvError, VectorEnvError
 from deszoo.vector._host import EnvFailure, restart_seed
@@ -24,6 +25,16 @@ from deszoo.vector.pool import Reply, RestartFailed, WorkerPool, sigint_deferred
 __all__ = ["Faults"]
 
 log = logging.getLogger("deszoo.vector")
+
+# Errors of call/get_attr/set_attr re-raised in the parent as their own type.
+_CALL_ERRORS: dict[str, type[Exception]] = {
+    cls.__name__: cls
+    for cls in (AttributeError, TypeError, ValueError, KeyError, IndexError, NotImplementedError)
+}
+_CALL_ERRORS.update(
+    (name, getattr(_errors, name)) for name in _errors.__all__
+    if name not in ("SubEnvError",) and issubclass(getattr(_errors, name), ValueError)
+)
 
 
 class Faults:
@@ -184,3 +195,12 @@ class Faults:
             error_type=first.error_type,
             worker_traceback=first.traceback,
         )
+
+    def call_error(self, failures: Sequence[EnvFailure]) -> Exception:
+        """The error of a ``call`` that envs refused (no such attribute, a bad value): the
+        first env's own exception type where it is a standard or deszoo one."""
+        f = min(failures, key=lambda f: f.env_index)
+        cls = _CALL_ERRORS.get(f.error_type)
+        if cls is not None:
+            return cls(f"env {f.env_index}: {f.message}")
+        return self.sub_env_error(failures)

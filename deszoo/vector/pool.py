@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from deszoo.errors import ConfigError, VectorEnvError, WorkerDiedError, WorkerTimeoutError
-from deszoo.vector._host import Buffers, EnvFailure
+from deszoo.vector._host import Buffers, Call, EnvFailure
 
 __all__ = [
     "BOOT_ATTEMPTS",
@@ -451,6 +451,19 @@ class WorkerPool:
             got += list(self.replies.values())
             self.replies.clear()
         return got
+
+    def plan_call(self, call: Call, sims: Sequence[int]) -> dict[int, Call]:
+        """``call`` for the envs ``sims``, split into one per worker that hosts some."""
+        values = list(call.values)
+        plan: dict[int, Call] = {}
+        for w in self.workers:
+            mine = [j for j, s in enumerate(sims) if s in w.sims]
+            if mine:
+                plan[w.index] = Call(
+                    call.kind, call.name, tuple(sims[j] for j in mine), call.args, call.kwargs,
+                    tuple(values[j] for j in mine) if values else (),
+                )
+        return plan
 
     def busy(self) -> list[Worker]:
         """Workers with a command in flight."""
