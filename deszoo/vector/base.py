@@ -175,6 +175,104 @@ _INTERRUPTED = State.INTERRUPTED
 
 
 
+class Lifecycle:
+    """Where a vector env is (:class:`State`, :data:`NEXT`), what a call may do there, and
+    the finishing of calls that were cut short. Every change of state goes through
+    :meth:`to` (the sync step inlines two of its moves).
+
+    Attributes:
+        state, resume: the state, and where INTERRUPTED goes back to.
+        recv_workers, recv_rows: RECEIVED: the workers and rows of the last ``recv()``.
+    """
+
+    def __init__(self, backend: str, is_async: bool):
+        self.backend = backend
+        self.is_async = is_async
+        self.state = State.NEEDS_RESET
+        self.resume = State.NEEDS_RESET
+        self.recv_workers: list[int] = []
+        self.recv_rows: np.ndarray | None = None
+        self.pool: WorkerPool | None = None  # set once built
+        self.faults: Faults | None = None
+        self.hook: Callable[[str], None] | None = None
+
+    def to(self, new: State) -> None:
+        """Move to state ``new``; every transition goes through here (see :data:`NEXT`)."""
+        if new is not self.state and new not in NEXT[self.state]:
+            raise RuntimeError(f"deszoo bug: no transition {self.state.name} -> {new.name}")
+        self.state = new
+
+    def enter(self, call: str) -> None:
+        """May ``call`` (``"step"``, ``"recv"``, ``"send"``, ``"reset"``, ``"call"``) run
+        now? Raises if not; first finishes what a cut-short call left in flight and, before
+        a reset or a call, the steps async mode has in flight (their results dropped)."""
+        state = self.state
+        if state is State.CLOSED:
+            raise ClosedEnvironmentError(f"{self.backend} vector env is closed")
+        if state is State.FAILED:
+            raise VectorEnvError(
+                f"{self.backend} vector env failed earlier (a worker could not be restarted); "
+                "close() it and build a new one"
+            )
+        if state is State.INTERRUPTED:
+            self.settle()
+            state = self.state
+        if call in ("reset", "call"):
+            if state is State.SENT or state is State.RECEIVED:
+                self.drain()
+            return
+        if state is State.NEEDS_RESET:
+            raise ResetNeededError(
+                f"{self.backend} vector env: {call}() before reset(); call reset()")
+        if call == "step":
+            if self.is_async:
+                raise ConfigError(
+                    "step() needs sync mode (batch_size == num_envs); in async mode use "
+                    "send/recv")
+        elif call == "recv":
+            if state is State.RECEIVED:
+                raise AlreadyPendingCallError(
+                    "recv() twice without send(); send actions for the last batch", "recv")
+            if state is not State.SENT:
+                raise NoAsyncCallError(
+                    "recv() without send(); call async_reset() or send() first", "recv")
+        elif call == "send" and state is not State.RECEIVED:
+            raise NoAsyncCallError("send() without a preceding recv(); call recv() first", "send")
+
+    def calling(self) -> None:
+        """A call hands out commands: until it has taken every reply the state is
+        INTERRUPTED, so a call cut short anywhere in between (Ctrl-C) leaves it there and
+        the next call finishes the commands in flight. (Set before the hand-out, not when
+        the KeyboardInterrupt is caught: a second one could land in the handler.)"""
+        self.resume = self.state
+        self.to(State.INTERRUPTED)
+
+    def settle(self) -> None:
+        """Finish a call that was cut short: its results dropped, its faults handled."""
+        if self.hook is not None:
+            self.hook("settle")
+        self.finish_in_flight("after an interrupted call")
+        self.recv_workers, self.recv_rows = [], None
+        self.to(self.resume)
+
+    def drain(self) -> None:
+        """Async mode: wait for the steps in flight and drop them (before a reset or call).
+        Their faults are handled (and logged) as usual."""
+        self.finish_in_flight("while draining steps in flight")
+
+    def finish_in_flight(self, why: str) -> None:
+        replies = self.pool.finish()
+        with sigint_deferred():  # see Faults.report
+            errors = self.faults.handle(replies, "step") if replies else []
+        for exc in errors:
+            log.warning("%s: %s", why, str(exc).splitlines()[0])
+
+    def fail(self, exc: Exception) -> None:
+        """The vector env cannot go on: FAILED, and ``exc`` raised."""
+        self.to(State.FAILED)
+        raise exc
+
+
 class DeszooVecEnv(VectorEnv):
     """Base class of the backends: the lifecycle, spaces, seeding, checks, faults.
 
@@ -246,8 +344,6 @@ class DeszooVecEnv(VectorEnv):
         self.timeout = float(opts["timeout"])
         # Starting a worker (a process under spawn, a Ray actor) takes longer than a step.
         self.boot_timeout = max(self.timeout, 30.0)
-        self._state = State.NEEDS_RESET
-        self._resume = State.NEEDS_RESET  # where INTERRUPTED goes back to
         self._hook: Callable[[str], None] | None = None
         num_workers = min(int(opts["num_workers"]), self.num_sims)
         self.num_workers = num_workers
@@ -270,14 +366,14 @@ class DeszooVecEnv(VectorEnv):
         self.batch_size = int(batch)
         self._async = batch != sims
         self._batch_workers = self.batch_size // per if self._async else num_workers
-        self._recv_workers: list[int] = []  # RECEIVED: the workers of the last recv()
-        self._recv_rows: np.ndarray | None = None
+        self.life = life = Lifecycle(self.backend, self._async)
         self._act_scratch: dict[int, np.ndarray] = {}
         self.transport = self._transport(opts)
         self.pool = WorkerPool(self.transport, self._workers, self.timeout, self.boot_timeout)
         self._bufs = bufs = self.transport.bufs
         self.batch = Batch(spec, bufs, self.copy, self._same_step)
-        self.faults = Faults(self.pool, self.batch, self.on_error, seed, self._fail)
+        self.faults = Faults(self.pool, self.batch, self.on_error, seed, life.fail)
+        life.pool, life.faults = self.pool, self.faults
         self._act = bufs.act
         self._act_u = bufs.act.view(np.uint64) if self._discrete else None
         self._boot()
@@ -303,78 +399,7 @@ class DeszooVecEnv(VectorEnv):
     @property
     def state(self) -> State:
         """Where this vector env is in its lifecycle."""
-        return self._state
-
-    def _to(self, new: State) -> None:
-        """Move to state ``new``; every transition goes through here (see :data:`NEXT`)."""
-        if new is not self._state and new not in NEXT[self._state]:
-            raise RuntimeError(f"deszoo bug: no transition {self._state.name} -> {new.name}")
-        self._state = new
-
-    def _enter(self, call: str) -> None:
-        """May ``call`` (``"step"``, ``"recv"``, ``"send"``, ``"reset"``, ``"call"``) run
-        now? Raises if not; first finishes what a cut-short call left in flight and, before
-        a reset or a call, the steps async mode has in flight (their results dropped)."""
-        state = self._state
-        if state is State.CLOSED:
-            raise ClosedEnvironmentError(f"{self.backend} vector env is closed")
-        if state is State.FAILED:
-            raise VectorEnvError(
-                f"{self.backend} vector env failed earlier (a worker could not be restarted); "
-                "close() it and build a new one"
-            )
-        if state is State.INTERRUPTED:
-            self._settle()
-            state = self._state
-        if call in ("reset", "call"):
-            if state is State.SENT or state is State.RECEIVED:
-                self._drain()
-            return
-        if state is State.NEEDS_RESET:
-            raise ResetNeededError(
-                f"{self.backend} vector env: {call}() before reset(); call reset()")
-        if call == "step":
-            if self._async:
-                raise ConfigError(
-                    "step() needs sync mode (batch_size == num_envs); in async mode use "
-                    "send/recv")
-        elif call == "recv":
-            if state is State.RECEIVED:
-                raise AlreadyPendingCallError(
-                    "recv() twice without send(); send actions for the last batch", "recv")
-            if state is not State.SENT:
-                raise NoAsyncCallError(
-                    "recv() without send(); call async_reset() or send() first", "recv")
-        elif call == "send" and state is not State.RECEIVED:
-            raise NoAsyncCallError("send() without a preceding recv(); call recv() first", "send")
-
-    def _calling(self) -> None:
-        """A call hands out commands: until it has taken every reply the state is
-        INTERRUPTED, so a call cut short anywhere in between (Ctrl-C) leaves it there and
-        the next call finishes the commands in flight. (Set before the hand-out, not when
-        the KeyboardInterrupt is caught: a second one could land in the handler.)"""
-        self._resume = self._state
-        self._to(State.INTERRUPTED)
-
-    def _settle(self) -> None:
-        """Finish a call that was cut short: its results dropped, its faults handled."""
-        if self._hook is not None:
-            self._hook("settle")
-        self._finish_in_flight("after an interrupted call")
-        self._recv_workers, self._recv_rows = [], None
-        self._to(self._resume)
-
-    def _drain(self) -> None:
-        """Async mode: wait for the steps in flight and drop them (before a reset or call).
-        Their faults are handled (and logged) as usual."""
-        self._finish_in_flight("while draining steps in flight")
-
-    def _finish_in_flight(self, why: str) -> None:
-        replies = self.pool.finish()
-        with sigint_deferred():  # see _report
-            errors = self.faults.handle(replies, "step") if replies else []
-        for exc in errors:
-            log.warning("%s: %s", why, str(exc).splitlines()[0])
+        return self.life.state
 
     @property
     def fault_hook(self) -> Callable[[str], None] | None:
@@ -384,27 +409,23 @@ class DeszooVecEnv(VectorEnv):
 
     @fault_hook.setter
     def fault_hook(self, hook: Callable[[str], None] | None) -> None:
-        self._hook = self.batch.hook = self.faults.hook = hook
+        self._hook = self.batch.hook = self.faults.hook = self.life.hook = hook
         self.pool.set_hook(hook)
 
     # ---- faults -------------------------------------------------------------------------
-    def _fail(self, exc: Exception) -> None:
-        self._to(State.FAILED)
-        raise exc
-
     def _close_quietly(self) -> None:
         try:
             if "transport" in self.__dict__:
                 self.transport.close()
         finally:
-            self._to(State.CLOSED)
+            self.life.to(State.CLOSED)
 
     # ---- the Gymnasium API --------------------------------------------------------------
     def reset(self, *, seed=None, options=None):
         """Reset every env (env ``i`` gets ``seed + i``), or those of
         ``options["reset_mask"]`` (one bool per row, all rows of an env alike)."""
-        self._enter("reset")
-        which = self.batch.reset_mask(options, self._state is State.NEEDS_RESET)
+        self.life.enter("reset")
+        which = self.batch.reset_mask(options, self.life.state is State.NEEDS_RESET)
         seeds = self.faults.seeds(seed)
         ws, payloads = [], {}
         for w in self._workers:
@@ -415,30 +436,31 @@ class DeszooVecEnv(VectorEnv):
             payloads[w.index] = (seeds[w.first : w.first + w.count], mine)
         self.batch.clear_restarted(None if which is None
                                    else np.repeat(which, self.agents_per_sim))
-        self._calling()
+        self.life.calling()
         replies = self.pool.exchange(ws, "reset", payloads)
         reset_rows = slice(None) if which is None else np.repeat(which, self.agents_per_sim)
         self._bufs.rew[reset_rows] = 0.0
         self._bufs.term[reset_rows] = False
         self._bufs.trunc[reset_rows] = False
         self._bufs.final[:] = False  # a reset reports no episode ends
-        self._recv_workers, self._recv_rows = [], None
-        self._to(State.READY)
+        self.life.recv_workers, self.life.recv_rows = [], None
+        self.life.to(State.READY)
         self.faults.report(list(replies.values()), "reset")
         obs, _, _, _, infos = self.batch.results()
         return obs, infos
 
     def step(self, actions):
         """Step every env with ``actions`` (shape ``(num_envs,)``, integers)."""
-        if self._state is not _READY or self._async:
-            self._enter("step")
+        life = self.life
+        if life.state is not _READY or self._async:
+            life.enter("step")
         hook = self._hook
         if hook is not None:
             hook("before")
         act = self._act
         # Hot-path shortcut for the usual integer array: one copy and the largest action
         # seen unsigned (a negative one wraps to a huge value); argmax is a third of the
-        # cost of max on small arrays. _check_actions names the bad row.
+        # cost of max on small arrays. check_actions names the bad row.
         if (self._discrete and type(actions) is np.ndarray and actions.shape == act.shape
                 and actions.dtype.kind in "iu"):
             act[...] = actions
@@ -449,31 +471,32 @@ class DeszooVecEnv(VectorEnv):
             self.batch.check_actions(actions, act)
         if self._disabled:
             self.batch.check_no_pending_reset()
-        if self.batch.any_restarted:
-            self.batch.begin_step(self._workers)
-        self._resume = _READY  # _calling(), inlined: until every reply is taken
-        self._state = _INTERRUPTED
+        batch = self.batch
+        if batch.any_restarted:
+            batch.begin_step(self._workers)
+        life.resume = _READY  # life.calling(), inlined: until every reply is taken
+        life.state = _INTERRUPTED
         # The transport's step, not pool.step: one frame less on the hot path.
         deadline = time.monotonic() + self.timeout + self.transport.grace
         got = self.transport.step(self._workers, self._same_step, deadline)
         if got is None:
-            self._state = _READY
+            life.state = _READY
         else:  # not every worker answered "ok" at once
             replies = self.pool.step_replies(got, deadline)
-            self._state = _READY
+            life.state = _READY
             self.faults.report(list(replies.values()), "step")
-        return self.batch.results()
+        return batch.results()
 
     # ---- async API (EnvPool style) ----------------------------------------------------
     def async_reset(self, seed: Any = None) -> None:
         """Start a reset of every env; results come from :meth:`recv`, a batch at a time."""
-        self._enter("reset")
+        self.life.enter("reset")
         seeds = self.faults.seeds(seed)
         self.batch.clear_restarted()
         payloads = {w.index: (seeds[w.first : w.first + w.count], None) for w in self._workers}
-        self._recv_workers, self._recv_rows = [], None
+        self.life.recv_workers, self.life.recv_rows = [], None
         with sigint_deferred():  # in flight and SENT, or neither
-            self._to(State.SENT)
+            self.life.to(State.SENT)
             self.pool.post(self._workers, "reset", payloads)
 
     def recv(self) -> tuple:
@@ -482,7 +505,7 @@ class DeszooVecEnv(VectorEnv):
         Rows are those of the ready workers' envs, in the order they finished;
         ``infos["env_id"]`` gives each row's index in the full batch (``0..num_envs-1``).
         """
-        self._enter("recv")
+        self.life.enter("recv")
         replies = self.pool.collect_first(self._batch_workers)
         if len(replies) < self._batch_workers:
             raise NoAsyncCallError(
@@ -493,16 +516,16 @@ class DeszooVecEnv(VectorEnv):
             self.faults.report(replies, "step")
             out = self._recv_results(rows)
         except Exception as exc:  # a fault raised (on_error="raise"): the batch is given
-            self._recv_workers, self._recv_rows = ws, rows
-            self._to(State.RECEIVED)
+            self.life.recv_workers, self.life.recv_rows = ws, rows
+            self.life.to(State.RECEIVED)
             if hasattr(exc, "results"):
                 exc.results = self._recv_results(rows)
             raise
         except BaseException:  # Ctrl-C: the batch (repaired) is the next recv()'s
             self.pool.give_back([Reply(r.worker, "ok") for r in replies])
             raise
-        self._recv_workers, self._recv_rows = ws, rows
-        self._to(State.RECEIVED)
+        self.life.recv_workers, self.life.recv_rows = ws, rows
+        self.life.to(State.RECEIVED)
         return out
 
     def _recv_results(self, rows: np.ndarray) -> tuple:
@@ -512,8 +535,8 @@ class DeszooVecEnv(VectorEnv):
 
     def send(self, actions: Any, env_id: Any = None) -> None:
         """Actions for the rows of the last :meth:`recv` (``env_id``, if given, must match)."""
-        self._enter("send")
-        rows = self._recv_rows
+        self.life.enter("send")
+        rows = self.life.recv_rows
         if env_id is not None and not np.array_equal(np.asarray(env_id), rows):
             raise VectorEnvError(
                 "send(env_id=...) must give the rows of the last recv(), infos['env_id']"
@@ -524,11 +547,11 @@ class DeszooVecEnv(VectorEnv):
                 (len(rows), *self.layout.act_shape), dtype=self.layout.act_dtype)
         self.batch.check_actions(actions, scratch, rows)
         self._bufs.act[rows] = scratch
-        ws = [self._workers[i] for i in self._recv_workers]
+        ws = [self._workers[i] for i in self.life.recv_workers]
         with sigint_deferred():  # in flight and SENT, or neither
             self.batch.begin_step(ws)
-            self._recv_workers, self._recv_rows = [], None
-            self._to(State.SENT)
+            self.life.recv_workers, self.life.recv_rows = [], None
+            self.life.to(State.SENT)
             self.pool.post(ws, "step", self._same_step)
 
     # ---- attributes of the envs (Gymnasium's call / get_attr / set_attr) ---------------
@@ -566,24 +589,25 @@ class DeszooVecEnv(VectorEnv):
         return self._call(Call(kind, name, (), args, kwargs, tuple(values)), sims)
 
     def _call(self, call: Call, sims: Sequence[int] | None = None) -> list:
-        self._enter("call")
+        self.life.enter("call")
         sims = list(range(self.num_sims)) if sims is None else sims
         plan = self.pool.plan_call(call, sims)
         ws = [self._workers[i] for i in plan]
-        self._calling()
+        self.life.calling()
         replies = self.pool.exchange(ws, "call", plan)
         lost = [r for r in replies.values() if r.kind != "ok"]
         if lost:  # a worker died or hung: it is replaced (or the error raised), then asked again
             try:
                 self.faults.report(lost, "call")
             except Exception:
-                self._to(self._resume)  # nothing in flight
+                self.life.to(self.life.resume)  # nothing in flight
                 raise
             again = self.pool.exchange([self._workers[r.worker] for r in lost], "call", plan)
             if any(r.kind != "ok" for r in again.values()):
-                self._fail(VectorEnvError(f"{call.kind}({call.name!r}) failed twice: workers lost"))
+                self.life.fail(VectorEnvError(
+                    f"{call.kind}({call.name!r}) failed twice: workers lost"))
             replies.update(again)
-        self._to(self._resume)
+        self.life.to(self.life.resume)
         failures = [f for r in replies.values() for f in r.failures]
         if failures:  # the caller's mistake (no such attribute, a bad value): its own type
             raise self.faults.call_error(failures)
@@ -603,18 +627,19 @@ class DeszooVecEnv(VectorEnv):
         if self.closed:
             return
         if "transport" not in self.__dict__:  # __init__ failed early (Gymnasium may still call)
-            self._state = State.CLOSED
+            self.life.state = State.CLOSED
             return
         try:
             self.close_extras(**kwargs)
             self.transport.close()
         finally:
-            self._to(State.CLOSED)
+            self.life.to(State.CLOSED)
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` ran (state ``CLOSED``; Gymnasium's attribute)."""
-        return self.__dict__.get("_state", State.CLOSED) is State.CLOSED
+        life = self.__dict__.get("life")
+        return life is None or life.state is State.CLOSED
 
     @closed.setter
     def closed(self, value: bool) -> None:  # Gymnasium's wrappers set it after close()
@@ -640,7 +665,7 @@ class DeszooVecEnv(VectorEnv):
     def __repr__(self) -> str:
         return (
             f"<{type(self).__name__} {self.sim_spec.name} x{self.num_sims} "
-            f"({self.num_envs} rows), {self._state.value}>"
+            f"({self.num_envs} rows), {self.life.state.value}>"
         )
 
     # ---- seeding --------------------------------------------------------------------
