@@ -394,15 +394,15 @@ def _run_scores(args: argparse.Namespace, plan) -> int:
         cause = exc.__cause__
         if cause is not None:
             print("".join(traceback.format_exception(cause)).rstrip(), file=sys.stderr)
-        print(cliargs.error_line(f"argument POLICY: {exc}", args._parser.prog),
+        print(cliargs.error_line(f"argument POLICY: {exc}", args.cmd_parser.prog),
               file=sys.stderr)
         return 2
     except InvalidActionError as exc:  # an action outside the space
         print(cliargs.error_line(f"argument POLICY: {args.policy} gave an invalid action: "
-                                 f"{exc}", args._parser.prog), file=sys.stderr)
+                                 f"{exc}", args.cmd_parser.prog), file=sys.stderr)
         return 2
     except ConfigError as exc:  # e.g. more envs than the machine has memory for
-        print(cliargs.error_line(str(exc), args._parser.prog), file=sys.stderr)
+        print(cliargs.error_line(str(exc), args.cmd_parser.prog), file=sys.stderr)
         return 2
     lo, hi = entry["ci95"]
     print(f"mean return {entry['mean']:.2f}, 95% CI [{lo:.2f}, {hi:.2f}] "
@@ -449,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
                      metavar="N", help="stop an episode that has not ended after N steps, "
                      f"with a message and exit status 1 (default {EPISODE_STEPS:_})")
     run.add_argument("--force", action="store_true", help="replace an existing --plot file")
-    run.set_defaults(_parser=run, _check=_check_run, _run=_run)
+    run.set_defaults(cmd_parser=run, cmd_check=_check_run, cmd_run=_run)
 
     chk = sub.add_parser(
         "check", help="check that your env is ready for parallel sampling (MODULE:ATTR)",
@@ -473,11 +473,11 @@ def build_parser() -> argparse.ArgumentParser:
                      default=EPISODE_SECONDS, metavar="S",
                      help="... or after S seconds of wall time, whichever comes first "
                      f"(default {EPISODE_SECONDS:g})")
-    chk.set_defaults(_parser=chk, _check=_check_check, _run=_run_check)
+    chk.set_defaults(cmd_parser=chk, cmd_check=_check_check, cmd_run=_run_check)
 
     lst = sub.add_parser("list", help="list the registered scenarios",
                          description="Print the registered scenarios, one a line.")
-    lst.set_defaults(_parser=lst, _check=None, _run=_list)
+    lst.set_defaults(cmd_parser=lst, cmd_check=None, cmd_run=_list)
 
     sc = sub.add_parser(
         "scores",
@@ -506,7 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
                     help="folder of the entries (default: the current folder)")
     sc.add_argument("--force", action="store_true", help="replace an existing entry")
-    sc.set_defaults(_parser=sc, _check=_check_scores, _run=_run_scores)
+    sc.set_defaults(cmd_parser=sc, cmd_check=_check_scores, cmd_run=_run_scores)
 
     prof = sub.add_parser(
         "profile",
@@ -540,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--repeats", type=cliargs.positive_int, default=3, metavar="R",
                       help="rounds of a timed and a profiled replay; the best of each is kept "
                       "(default 3)")
-    prof.set_defaults(_parser=prof, _check=_check_profile, _run=_run_profile)
+    prof.set_defaults(cmd_parser=prof, cmd_check=_check_profile, cmd_run=_run_profile)
 
     bench_cli.add_commands(sub)
     return parser
@@ -554,11 +554,11 @@ def _main(argv: list[str] | None) -> int:
         return exc.code if isinstance(exc.code, int) else 0
     args.argv = argv  # the command line, as results record it
     try:
-        plan = args._check(args) if args._check else None
+        plan = args.cmd_check(args) if args.cmd_check else None
     except ConfigError as exc:
-        print(cliargs.error_line(str(exc), args._parser.prog), file=sys.stderr)
+        print(cliargs.error_line(str(exc), args.cmd_parser.prog), file=sys.stderr)
         return 2
-    code = args._run(args, plan)
+    code = args.cmd_run(args, plan)
     sys.stdout.flush()  # a closed pipe shows here, inside main, not at interpreter exit
     return code
 

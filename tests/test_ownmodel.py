@@ -54,7 +54,7 @@ def test_bench_quick_with_scenarios_is_small_work(in_models):
 
     args = build_parser().parse_args(["bench", "--scenarios", "carwash_env:CarwashEnv/small",
                                       "--quick"])
-    plan = args._check(args)
+    plan = args.cmd_check(args)
     (work,) = plan.matrix.works()
     assert (work.scenario, work.preset) == ("carwash_env:CarwashEnv", "small")
     assert work.env_steps == QUICK_SCENARIO_STEPS

@@ -131,7 +131,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--markdown", action="store_true",
                    help="print the table (every column) as GitHub Markdown")
     b.add_argument("--list-modes", action="store_true", help="print the available modes")
-    b.set_defaults(_parser=b, _check=check_bench, _run=run_bench)
+    b.set_defaults(cmd_parser=b, cmd_check=check_bench, cmd_run=run_bench)
 
     lb = sub.add_parser(
         "leaderboard",
@@ -149,7 +149,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     help="write nothing; fail if the page is out of date or a file is rejected")
     lb.add_argument("--skip-invalid", action="store_true",
                     help="leave rejected files out instead of failing")
-    lb.set_defaults(_parser=lb, _check=check_leaderboard, _run=run_leaderboard)
+    lb.set_defaults(cmd_parser=lb, cmd_check=check_leaderboard, cmd_run=run_leaderboard)
 
 
 # ---- checks ----------------------------------------------------------------------------

@@ -36,13 +36,14 @@ FORECAST_ALPHA = 0.2  # smoothing of each node's demand forecast (exponential sm
 _INF = float("inf")
 
 
-def _urgent_timeout(sim: simpy.Environment, delay: float) -> simpy.Event:
+class _UrgentTimeout(simpy.Event):
     """A timeout that runs before the ordinary events of its instant (built as SimPy builds
-    the stop event of ``run(until=...)``)."""
-    event = simpy.Event(sim)
-    event._ok, event._value = True, None
-    sim.schedule(event, URGENT, delay)
-    return event
+    its ``Timeout`` and the stop event of ``run(until=...)``)."""
+
+    def __init__(self, sim: simpy.Environment, delay: float):
+        super().__init__(sim)
+        self._ok, self._value = True, None
+        sim.schedule(self, URGENT, delay)
 
 
 class SupplyChainModel:
@@ -166,7 +167,7 @@ class SupplyChainModel:
         while True:
             self._draw(k)
             k += 1
-            yield _urgent_timeout(sim, k - sim.now)
+            yield _UrgentTimeout(sim, k - sim.now)
             self._serve(_INF)
             self._book_all(sim.now)
             self.boundary = k

@@ -80,7 +80,7 @@ class TrafficModel:
         self.link_time = float(p.link_time)
         self.on_queue = on_queue
         left, straight, _ = (float(x) for x in p.turn_probs)
-        self._p_left, self._p_left_straight = left, left + straight
+        self.p_left, self.p_left_straight = left, left + straight
         link_capacity, demand = int(p.link_capacity), float(p.demand)
 
         # Links: 4 * node + heading. ``out_link[4 * node + h]`` is the link a vehicle
@@ -139,7 +139,7 @@ class TrafficModel:
                 _Source(self, link, rate)
 
     # ---- random numbers --------------------------------------------------------------
-    def _uniform(self) -> float:
+    def uniform(self) -> float:
         # Hot path: one numpy call per 4096 draws instead of one per draw.
         k = self._k
         if k == _RANDOM_BATCH:
@@ -168,10 +168,10 @@ class TrafficModel:
         for slot in phase_lanes(self.phase[node]):
             lane = 8 * node + slot
             self.green[lane] = True
-            self._poke(lane)
+            self.poke(lane)
 
     # ---- lanes -----------------------------------------------------------------------
-    def _poke(self, lane: int) -> None:
+    def poke(self, lane: int) -> None:
         """Something ``lane`` may be waiting for changed: if idle, it looks again once
         the events already due now have run."""
         if self._idle[lane]:
@@ -216,7 +216,7 @@ class TrafficModel:
             simpy.Timeout(sim, self.headway).callbacks.append(self._serve_cb[lane])
 
     # ---- links -----------------------------------------------------------------------
-    def _leave(self, link: int) -> bool:
+    def leave(self, link: int) -> bool:
         """A vehicle crossed the stop line at the end of ``link``: free its place. True
         if a vehicle of the backlog feeding ``link`` takes it (it is counted here; the
         caller starts it)."""
@@ -232,7 +232,7 @@ class TrafficModel:
         if blocked:
             self._blocked[link] = []
             for lane in blocked:
-                self._poke(lane)
+                self.poke(lane)
         return False
 
 
@@ -277,7 +277,7 @@ class _Vehicle:
 
     def __init__(self, model: TrafficModel, link: int):
         self.model, self.link, self.next_link = model, link, EXIT
-        self.speed = 0.9 + 0.2 * model._uniform()  # drivers differ by +-10 % in free-flow time
+        self.speed = 0.9 + 0.2 * model.uniform()  # drivers differ by +-10 % in free-flow time
         self._drive()
 
     def _drive(self) -> None:
@@ -289,10 +289,10 @@ class _Vehicle:
         """At the stop line: pick the turn and queue in its lane."""
         model = self.model
         node, h = divmod(self.link, 4)
-        u = model._uniform()
-        if u < model._p_left:
+        u = model.uniform()
+        if u < model.p_left:
             kind, new_h = LEFT, (h + 3) % 4
-        elif u < model._p_left_straight:
+        elif u < model.p_left_straight:
             kind, new_h = THROUGH, h
         else:
             kind, new_h = THROUGH, (h + 1) % 4
@@ -301,12 +301,12 @@ class _Vehicle:
         model.queues[lane].append((self, out, model.sim.now))
         model.queued_on[self.link] += 1
         model.on_queue(node, 1)
-        model._poke(lane)
+        model.poke(lane)
 
     def cross(self, _event: simpy.Event) -> None:
         """Across the stop line: drive on into the next link, or leave the grid."""
         model, link = self.model, self.link
-        backlog_enters = model._leave(link)
+        backlog_enters = model.leave(link)
         self.link = self.next_link
         if self.link == EXIT:
             model.exited += 1
