@@ -722,8 +722,7 @@ def test_the_young_gc_threshold_is_raised_while_envs_are_held(monkeypatch):
     from deszoo.vector import _host
 
     # Count only this test's holders (vector envs other tests leaked may still be alive).
-    monkeypatch.setattr(_host, "_gc_holders", 0)
-    monkeypatch.setattr(_host, "_gc_saved", None)
+    monkeypatch.setattr(_host, "GC_HOLD", _host.GcHold())
     raised = (_host.GC_YOUNG, 10, 10)
     saved = gc.get_threshold()
     gc.set_threshold(700, 10, 10)
@@ -743,7 +742,7 @@ def test_the_young_gc_threshold_is_raised_while_envs_are_held(monkeypatch):
         del d  # never closed: its envs are released when it is collected
         gc.collect()
         assert gc.get_threshold() == (500, 10, 10)
-        assert _host._gc_holders == 0
+        assert _host.GC_HOLD.holders == 0
     finally:
         gc.set_threshold(*saved)
 

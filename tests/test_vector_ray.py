@@ -322,16 +322,15 @@ def test_per_node_late_pool_reply_keeps_the_healthy_worker(monkeypatch, batch_si
     the node, so only the stopped worker is replaced (its grace used to be 50 ms, one
     poll slice, and then the node's healthy worker was replaced too). Here the pool's own
     timeout is made 1 s longer than the parent's: its reply comes 1 s late."""
-    from deszoo.vector.ray_nodes import RayNodeVecEnv
+    from deszoo.vector.ray_nodes import RayNodeTransport
 
-    transport = RayNodeVecEnv._transport
+    init = RayNodeTransport.__init__
 
-    def late_pool(self, opts):
-        t = transport(self, opts)
-        t.pool_options["timeout"] = self.timeout + 1.0
-        return t
+    def late_pool(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.pool_options["timeout"] += 1.0
 
-    monkeypatch.setattr(RayNodeVecEnv, "_transport", late_pool)
+    monkeypatch.setattr(RayNodeTransport, "__init__", late_pool)
     vec = make_vec(toy(), 4, backend="ray", per_node=True, num_workers=2, seed=0,
                    timeout=2.0, on_error="restart", batch_size=batch_size)
     try:

@@ -179,29 +179,35 @@ def restart_seed(seed: int | None, restarts: int) -> int | None:
 # restored when the last one closes). Measured on traffic_v0 large, 8 envs stepped in turn:
 # 4,490 -> 3,560 us per env step; warehouse_v0 small, 160k steps: 54 -> 57 MB peak RSS.
 GC_YOUNG = 20_000
-_gc_lock = threading.Lock()
-_gc_holders = 0
-_gc_saved: tuple[int, int, int] | None = None
 
 
-def _hold_gc() -> None:
-    global _gc_holders, _gc_saved
-    with _gc_lock:
-        young, *older = gc.get_threshold()
-        if young < GC_YOUNG:  # first holder, or the caller lowered it since: theirs is kept
-            _gc_saved = (young, *older)
-            gc.set_threshold(GC_YOUNG, *older)
-        _gc_holders += 1
+class GcHold:
+    """Who holds the raised young threshold in this process (envs held by vector envs), and
+    the caller's threshold to give back when the last one lets go."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holders = 0
+        self.saved: tuple[int, int, int] | None = None
+
+    def hold(self) -> None:
+        with self.lock:
+            young, *older = gc.get_threshold()
+            if young < GC_YOUNG:  # first holder, or the caller lowered it since: theirs is kept
+                self.saved = (young, *older)
+                gc.set_threshold(GC_YOUNG, *older)
+            self.holders += 1
+
+    def release(self) -> None:
+        with self.lock:
+            self.holders -= 1
+            if self.holders == 0 and self.saved is not None:
+                if gc.get_threshold() == (GC_YOUNG, *self.saved[1:]):  # nobody changed it
+                    gc.set_threshold(*self.saved)
+                self.saved = None
 
 
-def _release_gc() -> None:
-    global _gc_holders, _gc_saved
-    with _gc_lock:
-        _gc_holders -= 1
-        if _gc_holders == 0 and _gc_saved is not None:
-            if gc.get_threshold() == (GC_YOUNG, *_gc_saved[1:]):  # nobody changed it since
-                gc.set_threshold(*_gc_saved)
-            _gc_saved = None
+GC_HOLD = GcHold()
 
 
 class EnvGroup:
@@ -246,10 +252,10 @@ class EnvGroup:
         self.next_seed: list[int | None] = list(reset_seeds or [None] * count)
         # Attributes set with a "set" call, re-applied to an env that is rebuilt.
         self.attrs: list[dict[str, Any]] = [{} for _ in range(count)]
-        _hold_gc()
+        GC_HOLD.hold()
         # Released by close(), or when the group is collected without one (a leaked vector
         # env must not keep the raised threshold for the life of the process).
-        self._release_gc = weakref.finalize(self, _release_gc)
+        self._release_gc = weakref.finalize(self, GC_HOLD.release)
 
     @staticmethod
     def _adopt(env: Any, views: dict[str, np.ndarray]) -> None:
