@@ -380,6 +380,19 @@ def test_decision_values_without_an_entry_for_the_action_name_the_agent():
         env.step({"a0": 2, "a1": 1})
 
 
+def test_a_row_that_names_no_agent_is_named_as_such():
+    from deszoo.errors import ModelError
+
+    class Beyond(Toy):
+        def _agent(self, i, times):
+            yield self.sim.timeout(times[0])
+            self.add_reward(i + 5, 1.0)
+
+    with pytest.raises(ModelError, match=r"add_reward\(5, 1.0\) .*no agent at row 5; rows "
+                                         r"are 0..1"):
+        Beyond().reset(seed=0)
+
+
 def test_a_padded_mask_row_names_both_widths():
     from gymnasium import spaces
 

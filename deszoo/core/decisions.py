@@ -101,7 +101,11 @@ class Decisions:
             raise RuntimeError(f"agent {self.possible_agents[i]!r} already waits for a decision")
         self._check_live(i)
         if mask is None:
-            self.mask_buf[i] = self._full_masks[i]  # (a list of rows: no view to make)
+            try:
+                self.mask_buf[i] = self._full_masks[i]  # (a list of rows: no view to make)
+            except (IndexError, TypeError) as exc:
+                raise ModelError(f"{self._name}: decide({i!r}): agent "
+                                 f"{self._agent_name(i)}") from exc
         else:
             self._set_mask(i, mask)
         if i not in self._masked:  # (else its row already says it decides)
@@ -166,11 +170,7 @@ class Decisions:
         try:
             self.rew_buf[i] += value
         except _MODEL_ERRORS as exc:
-            raise ModelError(
-                f"{self._name}: add_reward({i}, {value!r}) for agent "
-                f"{self._agent_name(i)}: rew_buf holds one number per agent (expected a "
-                f"scalar of shape (), received {_shape(value)})"
-            ) from exc
+            raise self._bad_reward(i, value) from exc
 
     def end_episode(self) -> None:
         """Terminate the episode for every live agent after the current event."""
@@ -280,11 +280,17 @@ class Decisions:
         return NOOP if self._discrete else self.rows.zero_actions()[0]
 
     # ---- what the model handed over, when it does not fit (issue: name everything) ----
-    def _agent_name(self, i: Any) -> str:
+    def _has_row(self, i: Any) -> bool:
         try:
-            return repr(self.possible_agents[i])
+            self.possible_agents[i]
         except (IndexError, TypeError):
-            return f"<no agent at row {i!r}; rows are 0..{len(self.possible_agents) - 1}>"
+            return False
+        return True
+
+    def _agent_name(self, i: Any) -> str:
+        if self._has_row(i):
+            return repr(self.possible_agents[i])
+        return f"<no agent at row {i!r}; rows are 0..{len(self.possible_agents) - 1}>"
 
     def _bad_mask(self, i: int, mask: Any) -> ModelError:
         rows = self.rows
@@ -297,6 +303,13 @@ class Decisions:
             f"mask_buf: expected {width} entries of 0/1 (shape ({width},): its action space "
             f"{own}{padded}), received {_shape(mask)}: {mask!r}"
         )
+
+    def _bad_reward(self, i: Any, value: Any) -> ModelError:
+        what = f"{self._name}: add_reward({i!r}, {value!r}) for agent {self._agent_name(i)}"
+        if not self._has_row(i):
+            return ModelError(what)
+        return ModelError(f"{what}: rew_buf holds one number per agent (expected a scalar of "
+                          f"shape (), received {_shape(value)})")
 
     def _bad_values(self, i: int, action: Any, values: Any) -> ModelError:
         return ModelError(
@@ -320,7 +333,7 @@ def _shape(value: Any) -> str:
 
 
 class _Round:
-    """The decisions of one :meth:`Stepper.every` round (``together=True``); ``event``
+    """The decisions of one :meth:`Decisions.every` round (``together=True``); ``event``
     succeeds once all are in, with ``values`` (agent -> value, in the round's order).
 
     Each agent waits on a :class:`_Slot`. When the round's agents are the only ones

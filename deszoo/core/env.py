@@ -145,8 +145,8 @@ class SimPyParallelEnv(Stepper, ParallelEnv):
                    f"{n} agents, observations of {rows.obs_dim} floats")
         if self.mask_in_obs and rows.type is spaces.Box:
             raise ConfigError(f"{name}: mask_in_obs needs Discrete or MultiDiscrete actions")
-        Stepper.__init__(
-            self, name, rows, strict=strict, black_death=bool(self.config["black_death"]),
+        super().__init__(  # the array step (deszoo.core.stepper): arrays, episode state
+            name, rows, strict=strict, black_death=bool(self.config["black_death"]),
             invalid_penalty=self.config["invalid_penalty"], max_time=self.config["max_time"],
             max_steps=self.config["max_steps"],
         )
