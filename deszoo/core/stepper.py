@@ -20,6 +20,11 @@ calls, and the state it shares with the step) and declares the hooks it calls
 :class:`~deszoo.core.env.SimPyParallelEnv` builds on it (parameters, spaces, PettingZoo's
 dict API). An observation the model cannot write raises a
 :class:`~deszoo.errors.ModelError` that names the buffer and the shapes.
+
+What a wrapper may read after a step or reset, besides the arrays: ``agents`` (a new list
+only when it changed: someone left or the episode ended, the only steps that can set
+``term_buf`` or ``trunc_buf``), ``episode_over``, ``now``, and the episode's counters
+``num_steps``, ``num_events`` (SimPy events) and ``num_invalid`` (actions replaced).
 """
 
 from __future__ import annotations
