@@ -7,7 +7,7 @@ robot: undiscounted (minus the order-minutes, the task), discounted per env step
 0.99 and 0.999, and discounted per simulated second (0.999 per s). A waiting robot makes a
 decision point every 10 s, so it shortens every step; counted in steps, the future then
 weighs less, and one lazy robot can *raise* the per-step discounted return while the task
-gets worse (docs/training.md).
+gets worse (benchmarks/NOTES.md, the warehouse_v0 default study).
 
     python benchmarks/time_dilation.py --seeds 20
 """

@@ -132,7 +132,7 @@ TUNED: dict[tuple[str, str], dict[str, Any]] = {
     # ride_weight 0 again, below). MaskablePPO uses v0's EntityPolicy on elevator default
     # and, with two actions outside the order slots, on warehouse default.
     # elevator_v1: the greedy cars cycle after the arrivals stop (benchmarks/elevator_study.py,
-    # seeds 5000..5019, 3000-step cap; docs/training.md): one or two passengers wait to go up
+    # seeds 5000..5019, 3000-step cap; benchmarks/NOTES.md): one or two passengers wait to go up
     # on a floor above the lobby and the empty cars leave that floor downwards, forever. Small,
     # MaskablePPO: 19 of 20 ended (-66.6 over those; random -94.7, heuristic -40.9); not the
     # discount: gae_lambda 1, 12 of 20; and gamma 0.99 per 5 simulated s, 14 of 20;

@@ -19,9 +19,12 @@ __all__ = [
     "SEED_HELP",
     "ArgumentParser",
     "check_output_path",
+    "check_env",
     "check_preset",
+    "env_name",
     "error_line",
     "names",
+    "positive_float",
     "positive_int",
     "positive_ints",
     "presets_table",
@@ -80,6 +83,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
 def positive_ints(text: str) -> list[int]:
     """An argparse type: comma-separated positive integers, e.g. ``4,8,16``."""
     try:
@@ -112,10 +128,41 @@ def scenario(text: str) -> str:
     return text
 
 
+def check_env(text: str) -> None:
+    """Raise :class:`ConfigError` unless ``text`` is a registered scenario or a user's env
+    ``MODULE:ATTR`` that imports (from the current folder)."""
+    from deszoo.episodes import is_user_env
+    from deszoo.registry import list_envs
+
+    if is_user_env(text):
+        from deszoo.checks import load
+
+        try:
+            load(text)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    elif text not in list_envs():
+        raise ConfigError(f"unknown scenario {text!r}; registered: {', '.join(list_envs())}; "
+                          "or give your own env as MODULE:ATTR")
+
+
+def env_name(text: str) -> str:
+    """An argparse type: a registered scenario name or a user's env as ``MODULE:ATTR``."""
+    try:
+        check_env(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def scenario_presets(name: str) -> list[str] | None:
-    """The presets of scenario ``name``, or ``None`` if its module does not say."""
+    """The presets of scenario ``name`` (or of a user's env ``MODULE:ATTR`` whose class
+    declares ``presets``), or ``None`` if its module does not say."""
+    from deszoo.episodes import is_user_env, user_presets
     from deszoo.registry import env_module
 
+    if is_user_env(name):
+        return user_presets(name)
     presets = getattr(env_module(name).parallel_env, "presets", None)
     return list(presets) if presets else None
 
@@ -123,6 +170,9 @@ def scenario_presets(name: str) -> list[str] | None:
 def check_preset(name: str, preset: str, option: str = "--preset") -> None:
     """Raise :class:`ConfigError` unless ``preset`` is one of scenario ``name``'s presets."""
     presets = scenario_presets(name)
+    if presets is None and ":" in name and preset != "default":
+        raise ConfigError(f"argument {option}: {name} declares no presets (a class attribute "
+                          f"presets = {{'default': {{}}, ...}}); got {preset!r}")
     if presets is not None and preset not in presets:
         raise ConfigError(
             f"argument {option}: unknown preset {preset!r} for {name}; "
@@ -166,11 +216,14 @@ def image_file(text: str) -> Path:
     return path
 
 
-def check_output_path(path: Path, option: str) -> None:
+def check_output_path(path: Path, option: str, force: bool | None = None) -> None:
     """Raise :class:`ConfigError` unless ``path`` can be written: its folder exists, and it
-    is not a folder itself."""
+    is not a folder itself; with ``force=False``, not an existing file either (the command
+    has ``--force`` to replace one)."""
     if path.is_dir():
         raise ConfigError(f"argument {option}: {str(path)!r} is a folder; give a file name")
+    if force is False and path.exists():
+        raise ConfigError(f"argument {option}: {str(path)!r} exists; pass --force to replace it")
     folder = path.parent
     if not folder.is_dir():
         raise ConfigError(f"argument {option}: folder {str(folder)!r} does not exist")

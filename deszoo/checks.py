@@ -6,6 +6,10 @@ verdict:
 
 ==================  =====================================================================
 builds              ``env_fn()`` returns a ``ParallelEnv`` with ``possible_agents``
+episode ends        an episode under random legal actions ends (terminates or truncates)
+                    within :data:`EPISODE_STEPS` steps and :data:`EPISODE_SECONDS` seconds,
+                    whichever comes first; a step that does not return within that time
+                    fails too (and the checks after it are skipped)
 spaces              ``observation_space(a)`` and ``action_space(a)`` return the same object
                     on every call (PettingZoo requires it; seeding a space relies on it)
 pettingzoo api      PettingZoo's ``parallel_api_test``
@@ -40,7 +44,13 @@ import numpy as np
 import pettingzoo
 import simpy
 
-__all__ = ["Verdict", "check", "load"]
+__all__ = ["EPISODE_SECONDS", "EPISODE_STEPS", "Verdict", "check", "load"]
+
+EPISODE_STEPS = 100_000
+"""``deszoo check``: an episode not over after this many steps fails "episode ends"."""
+
+EPISODE_SECONDS = 20.0
+"""``deszoo check``: an episode not over after this much wall time fails "episode ends"."""
 
 
 @dataclass
@@ -54,6 +64,96 @@ class Verdict:
 
 class CheckFailed(Exception):
     """A check found a problem (its message says which)."""
+
+
+class StepHangs(CheckFailed):
+    """A single ``reset`` or ``step`` did not return in time: later checks would hang too."""
+
+
+class _Alarm(BaseException):
+    """Raised by the watchdog's signal inside a call that runs too long (a BaseException,
+    so that the model's own ``except Exception`` does not swallow it)."""
+
+
+def _never_ends_fix(env: Any) -> str:
+    """How to give ``env`` an end, in the words of its kind of env."""
+    from deszoo.core import SimPyParallelEnv
+
+    if isinstance(env, SimPyParallelEnv):
+        return ("give the env a `max_time` (in its params: \"max_time\": "
+                "COMMON[\"max_time\"].with_default(...), or max_time=... when you build it) "
+                "or a `max_steps`, or end the episode from the model (self.end_episode())")
+    return ("return terminations or truncations (e.g. truncate every agent once a "
+            "`max_time` of simulated time or a number of steps has passed)")
+
+
+def _clock(env: Any) -> str:
+    now = getattr(env, "now", None)
+    return "" if now is None else f", simulated time {float(now):.6g}"
+
+
+def _watchdog(seconds: float):
+    """A context in which a call running past ``seconds`` raises :class:`_Alarm` (SIGALRM;
+    only in the main thread of a POSIX process, else it watches nothing)."""
+    import contextlib
+    import signal
+    import threading
+
+    if not hasattr(signal, "setitimer") or (threading.current_thread()
+                                            is not threading.main_thread()):
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def armed():
+        def ring(signum, frame):
+            raise _Alarm
+
+        old = signal.signal(signal.SIGALRM, ring)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+
+    return armed()
+
+
+def _hang_message(what: str, seconds: float, env: Any) -> str:
+    return (f"{what} did not return within {seconds:g} s{_clock(env)}: the simulation runs "
+            "without reaching a decision point or an end (e.g. a process that loops without "
+            f"yielding a timeout, or events but no decisions); {_never_ends_fix(env)}")
+
+
+def _check_ends(env_fn: Callable[[], Any], seed: int, max_steps: int,
+                max_seconds: float) -> str:
+    """Play one episode under random legal actions until it ends or a bound is reached."""
+    import time
+
+    env = env_fn()
+    rng = np.random.default_rng(2)
+    n = 0
+    start = time.perf_counter()
+    try:
+        with _watchdog(max_seconds + 1.0):  # a step that never returns
+            obs, infos = env.reset(seed=seed)
+            while env.agents:
+                spent = time.perf_counter() - start
+                if n >= max_steps or spent >= max_seconds:
+                    bound = (f"{n} steps" if n >= max_steps
+                             else f"{spent:.0f} s ({n} steps)")
+                    raise CheckFailed(
+                        f"the episode (seed {seed}) had not ended after {bound}{_clock(env)}: "
+                        f"the model never ends; {_never_ends_fix(env)}. (Bounds of this "
+                        f"check: {max_steps} steps or {max_seconds:g} s, whichever first; "
+                        "deszoo check --episode-steps / --episode-seconds change them)"
+                    )
+                obs, _, _, _, infos = env.step(_actions(env, obs, infos, rng))
+                n += 1
+    except _Alarm:
+        what = "reset" if n == 0 else f"step {n + 1}"
+        raise StepHangs(_hang_message(what, max_seconds + 1.0, env)) from None
+    return f"ended after {n} steps{_clock(env)}"
 
 
 def load(target: str) -> Callable[[], Any]:
@@ -255,10 +355,14 @@ def _check_vector(env_fn: Callable[[], Any], seed: int, steps: int) -> str:
     return "roundrobin, shm and supersuit agree"
 
 
-def check(env_fn: Callable[[], Any], seed: int = 0, steps: int = 200) -> list[Verdict]:
+def check(env_fn: Callable[[], Any], seed: int = 0, steps: int = 200,
+          episode_steps: int = EPISODE_STEPS,
+          episode_seconds: float = EPISODE_SECONDS) -> list[Verdict]:
     """Run every check on ``env_fn`` (a class or zero-argument factory); see the module
     docstring. Returns one :class:`Verdict` per check; later checks are skipped when the
-    env cannot even be built."""
+    env cannot even be built, or when one of its steps does not return.
+
+    ``episode_steps`` and ``episode_seconds`` bound the "episode ends" check."""
     import contextlib
     import io
     import warnings
@@ -266,6 +370,7 @@ def check(env_fn: Callable[[], Any], seed: int = 0, steps: int = 200) -> list[Ve
     from pettingzoo.test import parallel_api_test, parallel_seed_test
 
     verdicts: list[Verdict] = []
+    hung: list[str] = []
 
     def run(name: str, fn: Callable[[], str]) -> bool:
         try:
@@ -276,6 +381,8 @@ def check(env_fn: Callable[[], Any], seed: int = 0, steps: int = 200) -> list[Ve
             return True
         except CheckFailed as exc:
             verdicts.append(Verdict(name, False, str(exc)))
+            if isinstance(exc, StepHangs):
+                hung.append(name)
         except Exception as exc:
             verdicts.append(Verdict(name, False, f"{type(exc).__name__}: {exc}{_where(exc)}"))
         return False
@@ -286,11 +393,19 @@ def check(env_fn: Callable[[], Any], seed: int = 0, steps: int = 200) -> list[Ve
         env = env_fn()
         if not isinstance(env, ParallelEnv) and not hasattr(env, "possible_agents"):
             raise CheckFailed(f"{type(env).__name__} is not a PettingZoo ParallelEnv")
-        env.reset(seed=seed)
+        try:
+            with _watchdog(episode_seconds + 1.0):  # a reset that never returns
+                env.reset(seed=seed)
+        except _Alarm:
+            raise StepHangs(_hang_message("reset", episode_seconds + 1.0, env)) from None
         return type(env).__name__
 
     if not run("builds", builds):
-        return verdicts
+        return verdicts  # (a reset that never returns too: every other check would hang)
+    if not run("episode ends", lambda: _check_ends(env_fn, seed, episode_steps,
+                                                   episode_seconds)):
+        if hung:
+            return verdicts  # every other check would hang in the same step
     run("spaces", lambda: _check_spaces(env_fn()))
     run("pettingzoo api", lambda: parallel_api_test(env_fn(), num_cycles=steps) or "passed")
     run("pettingzoo seed", lambda: parallel_seed_test(env_fn, num_cycles=steps) or "passed")

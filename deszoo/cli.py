@@ -1,4 +1,5 @@
-"""The ``deszoo`` command: ``run``, ``check``, ``list``, ``scores``, ``bench`` and ``leaderboard``.
+"""The ``deszoo`` command: ``run``, ``check``, ``list``, ``scores``, ``profile``, ``bench`` and
+``leaderboard``.
 
 Every argument is checked before any work starts. Exit status: 0 on success; 1 when the
 work failed (a benchmark row, a rejected leaderboard file); 2 for a bad argument, with one
@@ -9,12 +10,22 @@ line ``deszoo: error: ...`` on stderr; 130 on Ctrl-C; 141 when stdout was closed
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
 from deszoo import __version__
 from deszoo import _cliargs as cliargs
-from deszoo.errors import ConfigError
+from deszoo.errors import ConfigError, InvalidActionError
+
+EPISODE_STEPS = 100_000
+"""``deszoo check``'s and ``deszoo run``'s default bound on an episode's steps (the same
+figure as :data:`deszoo.checks.EPISODE_STEPS`, kept here so that ``--help`` imports
+nothing heavy)."""
+
+EPISODE_SECONDS = 20.0
+"""``deszoo check``'s default bound on an episode's wall time
+(:data:`deszoo.checks.EPISODE_SECONDS`)."""
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_PIPE", "build_parser", "main", "run_episode"]
 
@@ -41,16 +52,19 @@ scenarios and their presets (--preset, default: default):
 
 
 def run_episode(name: str, seed: int = 0, preset: str | None = None,
-                policy: str = "heuristic") -> dict:
-    """Play one episode of ``name`` (a registered scenario or ``MODULE:ATTR``); return a
-    dict of summary figures."""
+                policy: str = "heuristic", max_steps: int | None = EPISODE_STEPS,
+                on_step=None) -> dict:
+    """Play one episode of ``name`` (a registered scenario or ``MODULE:ATTR``), stopped after
+    ``max_steps`` steps if it has not ended (``ended_by`` is then ``"step cap"``); return a
+    dict of summary figures. ``on_step(env, rewards, infos)`` is called after the reset and
+    after every step."""
     import time
 
     from deszoo.episodes import play, target
 
     what = target(name, preset)
     start = time.perf_counter()
-    env, figures = play(what, seed, policy)
+    env, figures = play(what, seed, policy, on_step=on_step, max_steps=max_steps)
     wall = time.perf_counter() - start
     env.close()
     steps = figures["steps"]
@@ -76,6 +90,50 @@ def _print_rows(rows: list[tuple[str, object]]) -> None:
         print(f"{key:<{_WIDTH}}  {value}")
 
 
+STALL_SECONDS = 20.0
+"""``deszoo run`` says so on stderr when no step has returned for this long."""
+
+
+@contextlib.contextmanager
+def _stall_notice(seconds: float = STALL_SECONDS):
+    """Yield an ``on_step`` callback; while it is not called for ``seconds``, print a notice
+    on stderr every ``seconds`` (a step that never returns must not be a silent hang).
+    Watches nothing outside the main thread or without ``SIGALRM``."""
+    import signal
+    import threading
+
+    seen = {"steps": -1, "env": None}
+
+    def on_step(env, rewards, infos):
+        seen["steps"] += 1
+        seen["env"] = env
+
+    if not hasattr(signal, "setitimer") or (threading.current_thread()
+                                            is not threading.main_thread()):
+        yield on_step
+        return
+    last = {"steps": -2}
+
+    def tick(signum, frame):
+        if seen["steps"] == last["steps"]:
+            now = getattr(seen["env"], "now", None)
+            clock = "" if now is None else f", simulated time {float(now):.6g}"
+            what = "the reset" if seen["steps"] < 0 else f"step {seen['steps'] + 1}"
+            print(f"deszoo run: {what} has not returned for {seconds:g} s{clock}: a model "
+                  "whose processes run without reaching a decision point or an end never "
+                  "returns (deszoo check names the fix); Ctrl-C stops it", file=sys.stderr,
+                  flush=True)
+        last["steps"] = seen["steps"]
+
+    old = signal.signal(signal.SIGALRM, tick)
+    signal.setitimer(signal.ITIMER_REAL, seconds, seconds)
+    try:
+        yield on_step
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def _run(args: argparse.Namespace, plan: str) -> int:
     """``deszoo run``: the first lines before the episode (so that a long one shows that it
     started), the figures after it. ``plan`` is the policy."""
@@ -85,7 +143,8 @@ def _run(args: argparse.Namespace, plan: str) -> int:
         ("policy", plan),
     ])
     sys.stdout.flush()
-    s = run_episode(args.name, args.seed, args.preset, plan)
+    with _stall_notice() as on_step:
+        s = run_episode(args.name, args.seed, args.preset, plan, args.max_steps, on_step)
     sim_time = "n/a" if s["sim_time"] is None else f"{s['sim_time']:.2f}"
     events = ("n/a" if s["sim_events"] is None
               else f"{s['sim_events']} ({s['events_per_step']:.1f} per step)")
@@ -102,6 +161,13 @@ def _run(args: argparse.Namespace, plan: str) -> int:
     print(f"{'agent':<{_WIDTH}}  return")
     for agent, ret in s["returns"].items():
         print(f"{agent:<{_WIDTH}}  {ret:.3f}")
+    if s["ended_by"] == "step cap":
+        print(f"\ndeszoo run: stopped after {s['steps']} steps (--max-steps): the episode had "
+              f"not ended (simulated time {sim_time}). A model that runs forever needs an "
+              "end: give the env a max_time (or max_steps), or end the episode from the "
+              "model; deszoo check names the fix. For a longer episode, raise --max-steps.",
+              file=sys.stderr)
+        return 1
     if args.plot is not None:
         from deszoo.plots import plot_episode
 
@@ -131,7 +197,7 @@ def _check_run(args: argparse.Namespace) -> str:
         raise ConfigError(f"argument --policy: {args.name} has no heuristic(obs, mask) in its "
                           "module; use --policy random")
     if args.plot is not None:
-        cliargs.check_output_path(args.plot, "--plot")
+        cliargs.check_output_path(args.plot, "--plot", force=args.force)
         try:
             import matplotlib  # noqa: F401
         except ImportError:
@@ -155,12 +221,46 @@ def _run_check(args: argparse.Namespace, env_fn) -> int:
 
     print(f"checking {args.target} (seed {args.seed}, {args.steps} steps)")
     sys.stdout.flush()
-    verdicts = check(env_fn, seed=args.seed, steps=args.steps)
+    verdicts = check(env_fn, seed=args.seed, steps=args.steps,
+                     episode_steps=args.episode_steps, episode_seconds=args.episode_seconds)
     print(report(verdicts))
     failed = [v.name for v in verdicts if not v.ok]
     print(f"\n{len(verdicts) - len(failed)} of {len(verdicts)} checks passed"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
+
+
+def _check_profile(args: argparse.Namespace) -> list[str]:
+    """Check ``deszoo profile``'s arguments; return the vector modes to time."""
+    from deszoo.bench.modes import available_modes
+
+    cliargs.check_preset(args.name, args.preset or "default")
+    if args.no_vector:
+        if args.modes:
+            raise ConfigError("argument --modes: not with --no-vector")
+        return []
+    from deszoo.profile import DEFAULT_MODES
+
+    modes = args.modes or [m for m in DEFAULT_MODES if m in available_modes()]
+    bad = [m for m in modes if m not in available_modes() or m == "serial"]
+    if bad:
+        vector = [m for m in available_modes() if m != "serial"]
+        raise ConfigError(f"argument --modes: unknown or unavailable mode(s) {bad}; "
+                          f"available: {vector} (serial is the reference)")
+    return modes
+
+
+def _run_profile(args: argparse.Namespace, modes: list[str]) -> int:
+    from deszoo.profile import format_report, profile
+
+    def say(text: str) -> None:
+        print(f"  {text} ...", file=sys.stderr, flush=True)
+
+    report = profile(args.name, preset=args.preset, steps=args.steps, num_envs=args.num_envs,
+                     modes=modes, num_workers=args.workers, seed=args.seed,
+                     repeats=args.repeats, progress=say)
+    print(format_report(report))
+    return 0
 
 
 SCORES_EPILOG = """\
@@ -184,6 +284,11 @@ Write docs/scores.md from the entries with: python -m deszoo.scores --docs
 """
 
 
+MAX_SCORE_SEEDS = 100_000
+"""The most held-out seeds ``deszoo scores --seeds`` takes (their episodes run side by side;
+the seeds stay far below ``2**32``)."""
+
+
 def _check_scores(args: argparse.Namespace):
     """Check the ``deszoo scores`` arguments and load the policy: ``(policy, name, source,
     training)``."""
@@ -191,13 +296,21 @@ def _check_scores(args: argparse.Namespace):
     if args.seeds < 2:
         raise ConfigError(f"argument --seeds: a confidence interval needs at least 2 seeds, "
                           f"got {args.seeds}")
+    if args.seeds > MAX_SCORE_SEEDS:
+        raise ConfigError(f"argument --seeds: {args.seeds} is more than {MAX_SCORE_SEEDS:,}, "
+                          "the most a score runs (one episode per seed, all at once in one "
+                          "vector env)")
     from deszoo.policies import heuristic_policy, random_policy
 
     training = None
     if args.policy == "random":
         policy, name, source = random_policy(0), "random", "builtin:random"
     elif args.policy == "heuristic":
-        policy, name, source = heuristic_policy(args.name), "heuristic", "builtin:heuristic"
+        try:
+            policy = heuristic_policy(args.name)
+        except ConfigError as exc:
+            raise ConfigError(f"argument POLICY: {exc}; use random") from None
+        name, source = "heuristic", "builtin:heuristic"
     elif args.policy.endswith(".zip") or Path(args.policy).is_file():
         policy, timesteps = _load_sb3(Path(args.policy))
         name, source = Path(args.policy).stem, str(args.policy)
@@ -213,6 +326,9 @@ def _check_scores(args: argparse.Namespace):
                 f"argument POLICY: {exc}; expected random, heuristic, MODULE:ATTR or a saved "
                 "SB3 model (.zip)"
             ) from None
+        from deszoo.scores import checked_policy
+
+        policy = checked_policy(policy, args.policy)  # ConfigError if not policy(obs, mask)
         name, source = args.policy, f"callable:{args.policy}"
     if args.train_wall is not None and training is None:
         raise ConfigError("argument --train-wall: only for a saved SB3 model")
@@ -261,15 +377,33 @@ def _run_scores(args: argparse.Namespace, plan) -> int:
     """``deszoo scores``: evaluate, print mean and interval, write the entry."""
     import json
 
-    from deszoo.scores import SEEDS, score
+    from deszoo.scores import SEEDS, PolicyFailed, score
 
     policy, name, source, training, path = plan
     seeds = range(SEEDS[0], SEEDS[0] + args.seeds)
     print(f"scoring {name} on {args.name} (preset {args.preset}), seeds "
           f"{seeds[0]}..{seeds[-1]}")
     sys.stdout.flush()
-    entry = score(policy, args.name, args.preset, name=name, seeds=seeds, source=source,
-                  training=training, command=" ".join(["deszoo", *(args.argv or sys.argv[1:])]))
+    try:
+        entry = score(policy, args.name, args.preset, name=name, seeds=seeds, source=source,
+                      training=training,
+                      command=" ".join(["deszoo", *(args.argv or sys.argv[1:])]))
+    except PolicyFailed as exc:  # the policy's own lines of the traceback, then one line
+        import traceback
+
+        cause = exc.__cause__
+        if cause is not None:
+            print("".join(traceback.format_exception(cause)).rstrip(), file=sys.stderr)
+        print(cliargs.error_line(f"argument POLICY: {exc}", args._parser.prog),
+              file=sys.stderr)
+        return 2
+    except InvalidActionError as exc:  # an action outside the space
+        print(cliargs.error_line(f"argument POLICY: {args.policy} gave an invalid action: "
+                                 f"{exc}", args._parser.prog), file=sys.stderr)
+        return 2
+    except ConfigError as exc:  # e.g. more envs than the machine has memory for
+        print(cliargs.error_line(str(exc), args._parser.prog), file=sys.stderr)
+        return 2
     lo, hi = entry["ci95"]
     print(f"mean return {entry['mean']:.2f}, 95% CI [{lo:.2f}, {hi:.2f}] "
           f"({len(seeds)} episodes, {entry['eval_wall_s']:.1f} s)")
@@ -311,6 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also draw the episode as a chart (a Gantt chart for the job shop, "
                      "queues and waits over time, ...) into FILE (default "
                      "deszoo-episode.png)")
+    run.add_argument("--max-steps", type=cliargs.positive_int, default=EPISODE_STEPS,
+                     metavar="N", help="stop an episode that has not ended after N steps, "
+                     f"with a message and exit status 1 (default {EPISODE_STEPS:_})")
+    run.add_argument("--force", action="store_true", help="replace an existing --plot file")
     run.set_defaults(_parser=run, _check=_check_run, _run=_run)
 
     chk = sub.add_parser(
@@ -328,6 +466,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"episode seed, {cliargs.SEED_HELP} (default 0)")
     chk.add_argument("--steps", type=cliargs.positive_int, default=200, metavar="N",
                      help="steps per episode checked (default 200)")
+    chk.add_argument("--episode-steps", type=cliargs.positive_int, default=EPISODE_STEPS,
+                     metavar="N", help="'episode ends' fails an episode not over after N "
+                     f"steps (default {EPISODE_STEPS:_})")
+    chk.add_argument("--episode-seconds", type=cliargs.positive_float,
+                     default=EPISODE_SECONDS, metavar="S",
+                     help="... or after S seconds of wall time, whichever comes first "
+                     f"(default {EPISODE_SECONDS:g})")
     chk.set_defaults(_parser=chk, _check=_check_check, _run=_run_check)
 
     lst = sub.add_parser("list", help="list the registered scenarios",
@@ -346,12 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sc.add_argument("policy", metavar="POLICY",
                     help="random, heuristic, MODULE:ATTR or a saved SB3 model (see below)")
-    sc.add_argument("name", type=cliargs.scenario, metavar="NAME",
-                    help="the scenario, e.g. loadbalance_v0")
+    sc.add_argument("name", type=cliargs.env_name, metavar="NAME",
+                    help="the scenario, e.g. loadbalance_v0, or your own env as MODULE:ATTR")
     sc.add_argument("--preset", default="default", metavar="P",
                     help="the scenario's preset (default: default)")
     sc.add_argument("--seeds", type=cliargs.positive_int, default=20, metavar="N",
-                    help="evaluate on the first N held-out seeds (default 20)")
+                    help="evaluate on the first N held-out seeds (default 20, at most "
+                    f"{MAX_SCORE_SEEDS:,})")
     sc.add_argument("--label", default=None, metavar="NAME",
                     help="the policy's name in the entry and the tables (default: random, "
                     "heuristic, MODULE:ATTR, or the model file's stem)")
@@ -361,6 +507,40 @@ def build_parser() -> argparse.ArgumentParser:
                     help="folder of the entries (default: the current folder)")
     sc.add_argument("--force", action="store_true", help="replace an existing entry")
     sc.set_defaults(_parser=sc, _check=_check_scores, _run=_run_scores)
+
+    prof = sub.add_parser(
+        "profile",
+        help="where an env's step goes (SimPy, the bridge, the model by function, the dict "
+        "API, the vector transport) and what would pay most",
+        description="Profile one env (a scenario or your own, MODULE:ATTR): record N steps\n"
+        "of the random legal policy, time their replay through the array step, profile it\n"
+        "with cProfile (parts by where the code lives, scaled to the timed step; a CPU-time\n"
+        "sampler checks the shares), time the dict API and the vector transport at K envs,\n"
+        "and name the two or three changes that would pay most. docs/custom.md#speed\n"
+        "explains the figures.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    prof.add_argument("name", metavar="NAME", type=cliargs.env_name,
+                      help="the scenario, e.g. jobshop_v0, or your own env as MODULE:ATTR "
+                      "(importable from the current folder)")
+    prof.add_argument("--preset", default=None, metavar="P",
+                      help="the preset (default: default)")
+    prof.add_argument("--steps", type=cliargs.positive_int, default=2000, metavar="N",
+                      help="env steps recorded and replayed, autoresets included (default 2000)")
+    prof.add_argument("--num-envs", type=cliargs.positive_int, default=8, metavar="K",
+                      help="envs of the vector transport's rows (default 8)")
+    prof.add_argument("--modes", type=cliargs.names, default=None, metavar="M,N",
+                      help="vector modes timed against serial (default: roundrobin,shm)")
+    prof.add_argument("--workers", type=cliargs.positive_int, default=None, metavar="W",
+                      help="workers of the multiprocess modes (default: the usable cores, at "
+                      "most one per env)")
+    prof.add_argument("--no-vector", action="store_true", help="no vector transport rows")
+    prof.add_argument("--seed", type=cliargs.seed, default=0, metavar="S",
+                      help=f"env and policy seed, {cliargs.SEED_HELP} (default 0)")
+    prof.add_argument("--repeats", type=cliargs.positive_int, default=3, metavar="R",
+                      help="rounds of a timed and a profiled replay; the best of each is kept "
+                      "(default 3)")
+    prof.set_defaults(_parser=prof, _check=_check_profile, _run=_run_profile)
 
     bench_cli.add_commands(sub)
     return parser

@@ -17,7 +17,7 @@ import numpy as np
 
 from deszoo.errors import ConfigError
 
-__all__ = ["POLICIES", "Target", "target", "play"]
+__all__ = ["POLICIES", "EnvFactory", "Target", "env_factory", "is_user_env", "target", "play"]
 
 POLICIES = ("heuristic", "random")
 
@@ -31,6 +31,53 @@ class Target:
     make: Callable[[], Any]
     heuristic: Callable[[Any, np.ndarray], Any] | None
     scenario: str | None
+
+
+def is_user_env(text: str) -> bool:
+    """Whether ``text`` names a user's env (``MODULE:ATTR``) rather than a registered one."""
+    return ":" in text
+
+
+@dataclass(frozen=True)
+class EnvFactory:
+    """A picklable zero-argument factory of a registered scenario or of ``MODULE:ATTR``.
+
+    It pickles as the name and arguments, so a worker process imports the user's module
+    itself (from its current folder, as :func:`deszoo.checks.load` does).
+    """
+
+    name: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    def __call__(self) -> Any:
+        if is_user_env(self.name):
+            from deszoo.checks import load
+
+            return load(self.name)(**dict(self.kwargs))
+        from deszoo.registry import make
+
+        return make(self.name, **dict(self.kwargs))
+
+
+def env_factory(text: str, preset: str | None = None, **kwargs: Any) -> EnvFactory:
+    """The factory of ``text`` with the same defaults every command uses: a registered
+    scenario gets ``preset`` (default ``"default"``); a user's env gets ``preset`` only when
+    it is given and not ``"default"`` (a class without presets need not take the argument).
+    """
+    if is_user_env(text):
+        if preset is not None and preset != "default":
+            kwargs = {"preset": preset, **kwargs}
+    else:
+        kwargs = {"preset": preset or "default", **kwargs}
+    return EnvFactory(text, tuple(sorted(kwargs.items())))
+
+
+def user_presets(text: str) -> list[str] | None:
+    """The presets a user's env class declares (``presets``), or ``None``."""
+    from deszoo.checks import load
+
+    presets = getattr(load(text), "presets", None)
+    return list(presets) if isinstance(presets, dict) and presets else None
 
 
 def target(text: str, preset: str | None = None) -> Target:
@@ -63,11 +110,13 @@ def target(text: str, preset: str | None = None) -> Target:
 
 
 def play(what: Target, seed: int, policy: str,
-         on_step: Callable[[Any, dict, dict], None] | None = None) -> tuple[Any, dict]:
+         on_step: Callable[[Any, dict, dict], None] | None = None,
+         max_steps: int | None = None) -> tuple[Any, dict]:
     """Play one episode from ``reset(seed=seed)``; ``on_step(env, rewards, infos)`` is
-    called after the reset (rewards empty) and after every step.
+    called after the reset (rewards empty) and after every step. ``max_steps`` stops an
+    episode that has not ended after that many steps (``ended_by`` is then ``"step cap"``).
 
-    Returns the env (episode over, not closed) and the figures of the episode.
+    Returns the env (episode over or stopped, not closed) and the figures of the episode.
     """
     if policy not in POLICIES:
         raise ConfigError(f"policy={policy!r}; valid: {', '.join(map(repr, POLICIES))}")
@@ -82,7 +131,11 @@ def play(what: Target, seed: int, policy: str,
     truncs: dict = {}
     if on_step is not None:
         on_step(env, {}, infos)
+    capped = False
     while env.agents:
+        if max_steps is not None and steps >= max_steps:
+            capped = True
+            break
         actions = {}
         for a in env.agents:
             info = infos.get(a, {}) or {}
@@ -107,7 +160,8 @@ def play(what: Target, seed: int, policy: str,
         "decisions": decisions,
         "sim_time": float(clock) if clock is not None else None,
         "sim_events": getattr(env, "num_events", None),
-        "ended_by": "truncation" if any(truncs.values()) else "termination",
+        "ended_by": ("step cap" if capped else "truncation" if any(truncs.values())
+                     else "termination"),
         "return_total": sum(returns.values()),
         "returns": returns,
     }

@@ -6,6 +6,8 @@ already catch ``ValueError`` keep working, and tests can match the exact type.
 
 from __future__ import annotations
 
+from gymnasium import error as _gym
+
 __all__ = [
     "DeszooError",
     "ConfigError",
@@ -19,6 +21,9 @@ __all__ = [
     "SubEnvError",
     "WorkerDiedError",
     "WorkerTimeoutError",
+    "AlreadyPendingCallError",
+    "NoAsyncCallError",
+    "ClosedEnvironmentError",
     "MasksIgnoredWarning",
 ]
 
@@ -96,6 +101,27 @@ class WorkerDiedError(VectorEnvError):
 
 class WorkerTimeoutError(VectorEnvError):
     """A worker process of a vector env gave no answer within the timeout."""
+
+
+class AlreadyPendingCallError(VectorEnvError, _gym.AlreadyPendingCallError):
+    """An async call while the results of the last one are still to be taken (``recv``
+    twice without ``send``). Gymnasium's error of the same name, and a deszoo one."""
+
+    def __init__(self, message: str, name: str = "recv"):
+        VectorEnvError.__init__(self, message)
+        self.name = name
+
+
+class NoAsyncCallError(VectorEnvError, _gym.NoAsyncCallError):
+    """``recv`` with nothing in flight, or ``send`` without a ``recv`` before it."""
+
+    def __init__(self, message: str, name: str = "recv"):
+        VectorEnvError.__init__(self, message)
+        self.name = name
+
+
+class ClosedEnvironmentError(VectorEnvError, _gym.ClosedEnvironmentError):
+    """A call to a vector env that is closed (or failed: ``close()`` it)."""
 
 
 class MasksIgnoredWarning(UserWarning):

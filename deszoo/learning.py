@@ -7,7 +7,7 @@ Two problems of event-driven environments that the standard tools do not handle:
   that takes an action which makes decision points often (a robot that waits 10 s and
   decides again) shortens every step, and the same simulated future counts for less. The
   per-step discounted return can then prefer a policy that is worse in simulated time
-  (docs/training.md has the measurement on ``warehouse_v0``). :class:`SimTimeRolloutBuffer`
+  (benchmarks/NOTES.md has the measurement on ``warehouse_v0``). :class:`SimTimeRolloutBuffer`
   with :class:`SimTimeCallback` discount by simulated time instead: a step of ``dt``
   seconds is discounted by ``gamma ** (dt / time_scale)``; a decision that takes no
   simulated time is not discounted.

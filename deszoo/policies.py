@@ -26,8 +26,17 @@ def random_policy(seed: int = 0) -> Policy:
 
 
 def heuristic_policy(name: str) -> Policy:
-    """Scenario ``name``'s built-in heuristic, row by row."""
-    h = env_module(name).heuristic
+    """Scenario ``name``'s built-in heuristic (a user's env ``MODULE:ATTR``: the module's
+    ``heuristic(obs, mask)``), row by row."""
+    if ":" in name:
+        from deszoo.episodes import target
+        from deszoo.errors import ConfigError
+
+        h = target(name).heuristic
+        if h is None:
+            raise ConfigError(f"{name} has no heuristic(obs, mask) in its module")
+    else:
+        h = env_module(name).heuristic
     return lambda obs, mask: np.array([h(o, m) for o, m in zip(obs, mask, strict=True)])
 
 
@@ -37,7 +46,13 @@ def evaluate(policy: Policy, name: str, seeds: Iterable[int] = HELD_OUT_SEEDS, *
     ``kw`` goes to the scenario (``preset="small"``, ...).
     """
     seeds = list(seeds)
-    vec = make_vec(name, len(seeds), backend="roundrobin", autoreset_mode="SameStep", **kw)
+    if ":" in name:  # a user's env (MODULE:ATTR): make_vec takes its factory
+        from deszoo.episodes import env_factory
+
+        env, kw = env_factory(name, kw.pop("preset", None), **kw), {}
+    else:
+        env = name
+    vec = make_vec(env, len(seeds), backend="roundrobin", autoreset_mode="SameStep", **kw)
     try:
         n, sims = vec.agents_per_sim, vec.num_sims
         obs, infos = vec.reset(seed=seeds)

@@ -14,6 +14,7 @@ __all__ = ["ENVS", "list_envs", "latest_versions", "make", "env_module"]
 ENVS: dict[str, str] = {
     "elevator_v0": "deszoo.envs.elevator_v0",
     "elevator_v1": "deszoo.envs.elevator_v1",
+    "elevator_v2": "deszoo.envs.elevator_v2",
     "jobshop_v0": "deszoo.envs.jobshop_v0",
     "loadbalance_v0": "deszoo.envs.loadbalance_v0",
     "supplychain_v0": "deszoo.envs.supplychain_v0",
@@ -21,6 +22,7 @@ ENVS: dict[str, str] = {
     "traffic_v1": "deszoo.envs.traffic_v1",
     "warehouse_v0": "deszoo.envs.warehouse_v0",
     "warehouse_v1": "deszoo.envs.warehouse_v1",
+    "warehouse_v2": "deszoo.envs.warehouse_v2",
     "ridehail_v0": "deszoo.envs.ridehail_v0",
     "ridehail_v1": "deszoo.envs.ridehail_v1",
 }

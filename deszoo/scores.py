@@ -37,6 +37,8 @@ __all__ = [
     "SEEDS",
     "TRAINING_FIELDS",
     "Entry",
+    "PolicyFailed",
+    "checked_policy",
     "entry_path",
     "load",
     "render",
@@ -130,6 +132,45 @@ def t_interval(returns: Sequence[float], level: float = 0.95) -> tuple[float, fl
     return float(x.mean() - half), float(x.mean() + half)
 
 
+# ---- a user's policy -------------------------------------------------------------------
+class PolicyFailed(Exception):
+    """A policy given as ``MODULE:ATTR`` raised (the cause), or returned what is not one
+    action per row."""
+
+
+def checked_policy(fn: Any, spec: str) -> Policy:
+    """``fn`` (named ``spec``, e.g. ``"my.module:act"``) as a policy whose failures name it.
+
+    Raises :class:`~deszoo.errors.ConfigError` now if ``fn`` cannot be called with
+    ``(obs, mask)``; the policy returned raises :class:`PolicyFailed` when a call raises or
+    returns what is not one int per row (the actions as int64, as :func:`evaluate` takes
+    them).
+    """
+    import inspect
+
+    from deszoo.errors import ConfigError
+
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError as exc:
+        raise ConfigError(f"argument POLICY: {spec} cannot be called as policy(obs, mask): "
+                          f"{exc}") from None
+    except ValueError:  # no signature to read (some builtins): the first call tells
+        pass
+
+    def policy(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        try:
+            actions = np.asarray(fn(obs, mask), dtype=np.int64)
+        except Exception as exc:
+            raise PolicyFailed(f"{spec} raised {type(exc).__name__}: {exc}") from exc
+        if actions.shape != (len(obs),):
+            raise PolicyFailed(f"{spec} returned actions of shape {actions.shape}; expected "
+                               f"one per row, shape ({len(obs)},)")
+        return actions
+
+    return policy
+
+
 # ---- the work ---------------------------------------------------------------------------
 def score_work(scenario: str, preset: str = "default", seeds: Sequence[int] = SEEDS,
                **env_kwargs: Any) -> dict[str, Any]:
@@ -138,10 +179,11 @@ def score_work(scenario: str, preset: str = "default", seeds: Sequence[int] = SE
     The config is the scenario's ``env.config`` after the preset and ``env_kwargs`` are
     applied, so two spellings of the same scenario parameters give the same work.
     """
-    from deszoo.registry import env_module
+    from deszoo.episodes import env_factory
 
-    env = env_module(scenario).parallel_env(preset=preset, **env_kwargs)
-    config = json.loads(json.dumps(env.config, sort_keys=True, default=_jsonable))
+    env = env_factory(scenario, preset, **env_kwargs)()  # a user's env too (MODULE:ATTR)
+    config = json.loads(json.dumps(getattr(env, "config", None) or {}, sort_keys=True,
+                                   default=_jsonable))
     env.close()
     match = re.search(r"_v(\d+)$", scenario)
     return {
@@ -208,7 +250,8 @@ def score(policy: Policy, scenario: str, preset: str = "default", *, name: str,
 def entry_path(entry: dict[str, Any], directory: str | Path = DEFAULT_DIR) -> Path:
     """Where ``entry`` is stored: ``SCENARIO-PRESET-POLICY.json`` in ``directory``."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", entry["policy"]).strip("-") or "policy"
-    return Path(directory) / f"{entry['scenario']}-{entry['preset']}-{slug}.json"
+    scenario = re.sub(r"[^A-Za-z0-9_.-]+", "-", entry["scenario"])  # MODULE:ATTR
+    return Path(directory) / f"{scenario}-{entry['preset']}-{slug}.json"
 
 
 # ---- the schema -------------------------------------------------------------------------
@@ -241,6 +284,9 @@ FIELDS = [
     Field("training", (dict, type(None)), "null for an untrained policy; else see "
           "the training table."),
 ]
+
+NOTE = Field("note", (str,), "Optional: one line the page prints beside the entry, e.g. "
+             "why a learner scores below random.")
 
 TRAINING_FIELDS = [
     Field("algorithm", (str,), "e.g. `MaskablePPO (sb3-contrib)`, `examples/ppo_loop.py`."),
@@ -280,6 +326,8 @@ def validate(entry: Any) -> list[str]:
             errors.append(f"ci95 {ci} is not the 95% t-interval of returns ({lo}, {hi})")
     if entry["training"] is not None:
         errors += _fields(entry["training"], TRAINING_FIELDS, "training.")
+    if "note" in entry and not isinstance(entry["note"], str):
+        errors.append(f"note is {type(entry['note']).__name__}, expected str")
     return errors
 
 
@@ -365,10 +413,19 @@ def render(entries: list[Entry]) -> str:
         return "\n".join([*lines, "No entries yet.", ""])
     lines += ["| scenario | preset | " + " | ".join(names) + " |",
               "|---|---|" + "---:|" * len(names)]
+    notes: list[str] = []  # an entry's note: a marker in its cell, the line under the table
     for key in keys:
         by = {e.data["policy"]: e.data for e in groups[key]}
-        cells = [_cell(by[n]) if n in by else "-" for n in names]
+        cells = []
+        for n in names:
+            cell = _cell(by[n]) if n in by else "-"
+            if n in by and by[n].get("note"):
+                notes.append(f"{len(notes) + 1}. `{key[0]}` {key[1]}, {n}: {by[n]['note']}")
+                cell += f" ({len(notes)})"
+            cells.append(cell)
         lines.append(f"| `{key[0]}` | {key[1]} | " + " | ".join(cells) + " |")
+    if notes:
+        lines += ["", *notes]
     lines += ["", "## Entries", ""]
     lines += ["| scenario | preset | policy | mean | 95% CI | training | timesteps | "
               "train wall | work hash | entry |",
@@ -388,7 +445,7 @@ def render(entries: list[Entry]) -> str:
     lines += ["", "## Entry format", "",
               f"Every `benchmarks/scores/*.json` follows `{SCHEMA}` (checked by "
               "`deszoo.scores.validate`):", "", "| field | type | meaning |", "|---|---|---|"]
-    for f in FIELDS:
+    for f in [*FIELDS, NOTE]:
         lines.append(f"| `{f.name}` | {' or '.join(t.__name__ for t in f.types)} | {f.doc} |")
     lines += ["", "`training` holds at least:", "", "| field | type | meaning |", "|---|---|---|"]
     for f in TRAINING_FIELDS:

@@ -67,7 +67,8 @@ import numpy as np
 from deszoo.core.arrays import AGENT_ARRAYS
 from deszoo.errors import SubEnvError, WorkerDiedError, WorkerTimeoutError
 from deszoo.vector._host import restart_seed
-from deszoo.vector.base import FAULT_POINTS, State
+from deszoo.vector.base import State
+from deszoo.vector.pool import FAULT_POINTS
 
 __all__ = [
     "ChaosConfig",

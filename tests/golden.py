@@ -19,13 +19,15 @@ import deszoo
 
 PATH = Path(__file__).parent / "data" / "golden.json"
 # (preset, seed, policy, steps): small and default episodes in full (up to the step cap),
-# large for a few steps.
+# large for a few steps; "noop" (the no-op where allowed, else the lowest legal action) is a
+# policy built to loop, so its run records how (and whether) a version's episode is truncated.
 RUNS = [
     ("small", 0, "random", 400),
     ("small", 1, "heuristic", 400),
     ("default", 2, "random", 300),
     ("default", 3, "heuristic", 300),
     ("large", 4, "heuristic", 15),
+    ("small", 5, "noop", 3000),
 ]
 
 
@@ -50,6 +52,8 @@ def trajectory_hash(name: str, preset: str, seed: int, policy: str, steps: int) 
         mask = env.mask_buf
         if policy == "random":
             acts = (rng.random(mask.shape) * mask).argmax(axis=1).astype(np.int64)
+        elif policy == "noop":
+            acts = np.where(mask[:, 0] > 0, 0, mask.argmax(axis=1)).astype(np.int64)
         else:
             acts = np.array([heuristic(o, m) for o, m in zip(env.obs_buf, mask, strict=True)],
                             dtype=np.int64)

@@ -33,9 +33,10 @@ from chaos_harness import (
 from conftest import HAS_RAY
 
 from deszoo.errors import WorkerTimeoutError
-from deszoo.vector import base as vec_base
-from deszoo.vector import make_vec
-from deszoo.vector.base import FAULT_POINTS, State
+from deszoo.vector import faults, make_vec
+from deszoo.vector.base import State
+from deszoo.vector.batch import Batch
+from deszoo.vector.pool import FAULT_POINTS
 from deszoo.vector.shm import ShmTransport
 from deszoo.vector.testing import ToyEnv, legal_last
 
@@ -111,7 +112,7 @@ def small(**kwargs) -> ChaosConfig:
 def test_harness_sees_a_wrong_restart_seed(monkeypatch, batch_size):
     """The harness fails a backend whose rebuilt envs do not start the documented episode
     (sync, and async: recv/send)."""
-    monkeypatch.setattr(vec_base, "restart_seed", lambda seed, k: seed + k)
+    monkeypatch.setattr(faults, "restart_seed", lambda seed, k: seed + k)
     rep = run_chaos(small(kinds=("sigkill",), on_error="restart", batch_size=batch_size))
     assert rep.divergent_rows > 0 and "divergent rows" in rep.notes[0]
     assert not (rep.hangs or rep.leaked_processes or rep.leaked_shm)
@@ -119,12 +120,12 @@ def test_harness_sees_a_wrong_restart_seed(monkeypatch, batch_size):
 
 def test_harness_sees_a_fault_spill_over_to_other_envs(monkeypatch):
     """... and one where a fault changes the rows of an env it did not hit."""
-    mark = vec_base.DeszooVecEnv._mark_restarted
+    mark = Batch.mark_restarted
 
     def spill(self, sims, reset_now):
         mark(self, sorted(set(sims) | {0}), reset_now)
 
-    monkeypatch.setattr(vec_base.DeszooVecEnv, "_mark_restarted", spill)
+    monkeypatch.setattr(Batch, "mark_restarted", spill)
     rep = run_chaos(small(kinds=("sigkill",), raise_rate=0.0, on_error="restart", seed=5))
     assert rep.faults["sigkill"] >= 8
     assert rep.divergent_rows > 0

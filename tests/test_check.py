@@ -24,7 +24,7 @@ def failed(verdicts) -> dict[str, str]:
 def test_every_scenario_passes(name):
     verdicts = check(functools.partial(deszoo.make, name, preset="small"), steps=60)
     assert not failed(verdicts), failed(verdicts)
-    assert len(verdicts) == 8
+    assert len(verdicts) == 9
 
 
 def test_a_plain_user_env_passes():
@@ -87,7 +87,7 @@ def test_command_line_exit_codes(tmp_path):
                             timeout=120)
     ok = run([sys.executable, "-m", "deszoo.cli", "check", "user_env:Kinds", "--steps", "30"])
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "8 of 8 checks passed" in ok.stdout
+    assert "9 of 9 checks passed" in ok.stdout
     bad = run([sys.executable, "-m", "deszoo.cli", "check", "user_env:Bad", "--steps", "30"])
     assert bad.returncode == 1 and "FAIL  determinism" in bad.stdout
     missing = run([sys.executable, "-m", "deszoo.cli", "check", "user_env:Nope"])
@@ -98,7 +98,8 @@ class _Router(deszoo.core.SimPyParallelEnv):
     """A deszoo model of a user's: one router decides every time unit."""
 
     metadata = {"name": "router_v0", "render_modes": []}
-    params = {"bug": deszoo.core.Param("", lambda v: None, "which bug to have")}
+    params = {"bug": deszoo.core.Param("", lambda v: None, "which bug to have"),
+              "max_time": deszoo.core.COMMON["max_time"].with_default(50.0)}
 
     def _setup(self):
         return deszoo.core.discrete(["router_0", "router_1"], [0.0], [1.0], 2)

@@ -83,6 +83,7 @@ def test_an_entry_is_valid_and_holds_the_evaluation(entry):
     (lambda e: e.update(training={"algorithm": "x", "timesteps": "many", "wall_s": 1.0}),
      "training.timesteps is str"),
     (lambda e: e.update(schema="deszoo.scores/0"), "schema 'deszoo.scores/0'"),
+    (lambda e: e.update(note=["loops"]), "note is list"),
 ])
 def test_validate_names_what_is_wrong(entry, change, message):
     bad = copy.deepcopy(entry)
@@ -134,6 +135,14 @@ def test_training_page_shows_the_hyperparameters_of_the_training_script():
     spec.loader.exec_module(module)
     table = module.hyperparameter_table()
     assert table in (ROOT / "docs" / "training.md").read_text(), table
+
+
+def test_a_note_is_marked_in_its_cell_and_printed_under_the_table(entry):
+    noted = dict(copy.deepcopy(entry), note="worse than random; the greedy cars loop.")
+    assert validate(noted) == []
+    page = render([type("E", (), {"path": Path("x.json"), "data": noted})()])
+    assert f"{noted['mean']:.1f} ± " in page and " (1) |" in page
+    assert "1. `loadbalance_v0` small, heuristic: worse than random; the greedy" in page
 
 
 def test_page_lists_every_entry_with_its_interval(entry):

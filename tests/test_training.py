@@ -18,7 +18,7 @@ NAME, KW = "loadbalance_v0", {"preset": "small"}
 # Evaluated on held-out seeds 10000..10019 (training sims are seeded 0..15; their autoresets
 # derive from those). Measured there: random masked policy -574, SED heuristic -140, so the
 # bar below is -357; after 100k timesteps (about 7 s each on 2 cores), over training seeds
-# 0..9: MaskablePPO -156..-190, the hand-written loop -143..-191 (docs/training.md). At 60k
+# 0..9: MaskablePPO -156..-190, the hand-written loop -143..-191 (benchmarks/NOTES.md). At 60k
 # the loop still had one seed at -344, hence 100k.
 SHARE_OF_GAP = 0.5  # the bar: close at least half of the random-heuristic gap
 TIMESTEPS = 100_000

@@ -450,13 +450,32 @@ def _state(pid: int) -> str | None:
         return None
 
 
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (the fork server, the resource tracker, ...)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == pid:
+                out.append(int(entry))
+    return out
+
+
 @pytest.mark.parametrize("backend, start_method", [
-    ("shm", "default"), ("shm", "spawn"), ("supersuit", "default"),
+    ("shm", "default"), ("shm", "spawn"), ("shm", "forkserver"), ("supersuit", "default"),
+    ("supersuit", "forkserver"),
 ])
 def test_stopped_workers_die_with_a_killed_parent(backend, start_method):
     """Issue 19: a SIGSTOPped worker outlived a SIGKILLed parent for good (state T, ppid 1).
     Workers now ask the kernel for SIGKILL when their parent dies (PR_SET_PDEATHSIG), which
-    reaches a stopped process too; the idle one goes as well."""
+    reaches a stopped process too; the idle one goes as well. Issue 37: under forkserver the
+    worker's parent is the fork server, which a stopped worker kept alive (the worker, the
+    fork server and the resource tracker were all there 10 minutes later); now every process
+    the parent started goes with it."""
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG is Linux's")
     proc = subprocess.Popen(
@@ -471,9 +490,11 @@ def test_stopped_workers_die_with_a_killed_parent(backend, start_method):
         while _state(pids[0]) != "T" and time.monotonic() < deadline:
             time.sleep(0.01)
         assert _state(pids[0]) == "T"
+        helpers = _children(proc.pid)  # workers (fork, spawn), fork server, resource tracker
     finally:
         proc.kill()
         proc.wait()
+    pids = sorted(set(pids) | set(helpers))
     deadline = time.monotonic() + 10.0
     left = pids
     while left and time.monotonic() < deadline:

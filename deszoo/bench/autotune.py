@@ -124,5 +124,13 @@ def recommend(result: dict, tolerance: float = 0.05) -> dict | None:
 def snippet(row: dict) -> str:
     """The ``make_vec`` call a row of a vector backend stands for."""
     workers = "" if is_in_process(row["mode"]) else f", num_workers={row['num_workers']}"
-    return (f"deszoo.vector.make_vec({row['scenario']!r}, num_envs={row['num_envs']}, "
+    name = row["scenario"]
+    if ":" in name:  # a user's env: make_vec takes the class or factory itself
+        module, _, attr = name.partition(":")
+        preset = "" if row["preset"] == "default" else f", preset={row['preset']!r}"
+        factory = (attr if not preset
+                   else f"functools.partial({attr}{preset})")
+        return (f"deszoo.vector.make_vec({factory}, num_envs={row['num_envs']}, "
+                f"backend={row['mode']!r}{workers})  # from {module} import {attr}")
+    return (f"deszoo.vector.make_vec({name!r}, num_envs={row['num_envs']}, "
             f"backend={row['mode']!r}{workers}, preset={row['preset']!r})")

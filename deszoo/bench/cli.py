@@ -55,6 +55,13 @@ scenarios and their presets (--scenarios NAME or NAME/PRESET, --presets):
 """
 
 
+QUICK_SCENARIO_STEPS = 2048
+"""``--quick --scenarios ...``: env steps per row (unless ``--steps`` says)."""
+
+QUICK_SCENARIO_REPEATS = 2
+"""``--quick --scenarios ...``: timed repeats per row (unless ``--repeats`` says)."""
+
+
 def _fraction(text: str) -> float:
     try:
         value = float(text)
@@ -79,13 +86,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     suite = b.add_mutually_exclusive_group()
     suite.add_argument("--quick", action="store_true",
                        help="the quick suite (the default): a light and a heavy scenario, "
-                       "8 envs, 1 and all cores, every mode but ray")
+                       "8 envs, 1 and all cores, every mode but ray; with --scenarios, "
+                       f"those at {QUICK_SCENARIO_STEPS} env steps and "
+                       f"{QUICK_SCENARIO_REPEATS} repeats per row")
     suite.add_argument("--standard", action="store_true",
                        help="the leaderboard's suite (every scenario; several minutes)")
-    suite.add_argument("--autotune", metavar="ENV", type=cliargs.scenario,
+    suite.add_argument("--autotune", metavar="ENV", type=cliargs.env_name,
                        help="sweep workers x envs per worker for ENV; recommend the fastest")
     b.add_argument("--scenarios", type=cliargs.names, metavar="A,B",
-                   help="scenarios, 'all', or NAME/PRESET entries; default: the suite's")
+                   help="scenarios, 'all', or NAME/PRESET entries, where NAME may be your "
+                   "own env as MODULE:ATTR (a class or factory importable from the current "
+                   "folder, as deszoo check takes it); default: the suite's")
     b.add_argument("--presets", type=cliargs.names, metavar="P,Q",
                    help="presets of the suite's or --scenarios' plain names")
     b.add_argument("--modes", type=cliargs.names, metavar="M,N",
@@ -165,15 +176,15 @@ def _check_plot(path: Path) -> None:
 
 
 def _check_entries(entries: list[str], presets: list[str] | None) -> None:
-    """Every ``--scenarios`` entry names a registered scenario (and a preset of it), and
-    every ``--presets`` preset exists for every plain name it applies to."""
-    from deszoo.registry import list_envs
-
+    """Every ``--scenarios`` entry names a registered scenario or a user's env
+    (``MODULE:ATTR``), and a preset of it; every ``--presets`` preset exists for every plain
+    name it applies to."""
     for entry in entries:
         name, _, preset = entry.partition("/")
-        if name not in list_envs():
-            raise ConfigError(f"argument --scenarios: unknown scenario {name!r}; "
-                              f"registered: {', '.join(list_envs())}")
+        try:
+            cliargs.check_env(name)
+        except ConfigError as exc:
+            raise ConfigError(f"argument --scenarios: {exc}") from None
         for p in [preset] if preset else presets or ["default"]:
             cliargs.check_preset(name, p, "--scenarios" if preset else "--presets")
 
@@ -241,6 +252,9 @@ def _matrix_plan(args: argparse.Namespace) -> BenchPlan:
             matrix.presets = args.presets
         if args.steps is not None:
             matrix.env_steps = args.steps
+        elif args.quick:  # your own scenarios, quickly: a first look in seconds
+            matrix.env_steps = QUICK_SCENARIO_STEPS
+            matrix.repeats = QUICK_SCENARIO_REPEATS
     elif matrix.work_list is not None:  # the quick suite: its works, changed by the options
         if args.presets:
             _check_entries([w.scenario for w in matrix.work_list], args.presets)
@@ -376,7 +390,13 @@ def run_bench(args: argparse.Namespace, plan: BenchPlan | None) -> int:
     """``deszoo bench``: run the plan, print the table, write ``--out`` and ``--plot``."""
     from deszoo.bench.autotune import recommend
     from deszoo.bench.modes import all_modes, missing_package
-    from deszoo.bench.report import failures, load_warnings, plot_scaling, print_report
+    from deszoo.bench.report import (
+        conclusion,
+        failures,
+        load_warnings,
+        plot_scaling,
+        print_report,
+    )
     from deszoo.bench.runner import run_matrix, total_units
 
     console = _console()
@@ -417,6 +437,9 @@ def run_bench(args: argparse.Namespace, plan: BenchPlan | None) -> int:
     if args.plot:
         plot_scaling(result, args.plot)
         console.print(f"wrote {args.plot}", highlight=False)
+    line = conclusion(result)
+    if line is not None and not args.autotune:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     failed = failures(result)
     if failed:
         console.print(f"[red]{len(failed)} row(s) failed:[/red]", highlight=False)

@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from gymnasium import spaces
 
 from deszoo.bench.work import Priorities, Work, masked_actions, steps_per_env
 from deszoo.errors import ConfigError
-from deszoo.registry import make
 
 __all__ = [
     "IN_PROCESS",
@@ -102,6 +102,30 @@ def is_in_process(mode: str) -> bool:
     return mode in IN_PROCESS
 
 
+def build_env(work: Work):
+    """One env of ``work``'s scenario (a registered name or a user's ``MODULE:ATTR``) behind
+    the array API: a deszoo env as it is, any other ``ParallelEnv`` through
+    :class:`deszoo.vector.adapter.ParallelEnvArrays`."""
+    from deszoo.core.arrays import is_array_env
+    from deszoo.episodes import env_factory
+
+    env = env_factory(work.scenario, work.preset, **work.env_kwargs)()
+    if not is_array_env(env):
+        from deszoo.vector.adapter import ParallelEnvArrays
+
+        env = ParallelEnvArrays(env)
+    return env
+
+
+def discrete_actions(env, label: str) -> int:
+    """The number of actions of ``env``'s rows; ``ConfigError`` unless they are Discrete
+    (the benchmark's policy draws one legal action per row from the mask)."""
+    if env.rows.type is not spaces.Discrete:
+        raise ConfigError(f"{label}: the benchmark's policy needs Discrete actions, "
+                          f"got {env.rows.type.__name__}")
+    return int(env.rows.mask_dim)
+
+
 class _Session:
     """Shared set-up: the policy's priorities and the reward log."""
 
@@ -139,10 +163,10 @@ class SerialSession(_Session):
     num_workers = 0
 
     def __init__(self, work: Work, num_envs: int):
-        self.envs = [make(work.scenario, preset=work.preset, **work.env_kwargs)
-                     for _ in range(num_envs)]
+        self.envs = [build_env(work) for _ in range(num_envs)]
         env = self.envs[0]
-        self._prepare(work, num_envs, len(env.possible_agents), env.n_actions)
+        self._prepare(work, num_envs, len(env.possible_agents),
+                      discrete_actions(env, work.scenario))
         self._base_events = [0] * num_envs
 
     def reset(self) -> None:
@@ -217,20 +241,27 @@ class VectorSession(_Session):
     """A :func:`deszoo.vector.make_vec` vector env stepping all envs at once."""
 
     def __init__(self, work: Work, num_envs: int, mode: str, num_workers: int | None):
+        from deszoo.episodes import env_factory, is_user_env
         from deszoo.vector import make_vec
 
         self.mode = mode
         self.num_workers = 0 if is_in_process(mode) else num_workers
         self.vec = None
+        if is_user_env(work.scenario):  # a factory the workers import by name
+            env, kwargs = env_factory(work.scenario, work.preset, **work.env_kwargs), {}
+        else:
+            env, kwargs = work.scenario, {"preset": work.preset, **work.env_kwargs}
         self.vec = make_vec(
-            work.scenario,
+            env,
             num_envs,
             backend=mode,
             num_workers=None if is_in_process(mode) else num_workers,
             seed=work.seed,
-            preset=work.preset,
-            **work.env_kwargs,
+            **kwargs,
         )
+        if not isinstance(self.vec.single_action_space, spaces.Discrete):
+            self.vec.close()
+            raise ConfigError(f"{work.scenario}: the benchmark's policy needs Discrete actions")
         rows = self.vec.num_envs
         if rows % num_envs:
             raise ConfigError(f"{mode}: {rows} rows is not a multiple of num_envs={num_envs}")

@@ -23,6 +23,7 @@ __all__ = [
     "FLAGS",
     "SPREAD_LIMIT",
     "caption",
+    "conclusion",
     "failures",
     "free_cores",
     "legend",
@@ -217,6 +218,76 @@ def load_warnings(result: dict) -> list[str]:
             "uncertain; an idle machine or more --repeats help"
         )
     return out
+
+
+WIN = 1.05
+"""A mode *pays* on a work when its speed-up over serial is at least this."""
+
+
+def _mode_text(row: dict) -> str:
+    if is_in_process(row["mode"]):
+        return row["mode"]
+    w = row["num_workers"]
+    return f"{row['mode']} with {w} worker{'s' if w != 1 else ''}"
+
+
+def conclusion(result: dict) -> str | None:
+    """One line: what the table means for this machine. The best vector mode of each work
+    and its speed-up over serial; where none reached :data:`WIN`, why (free cores during
+    the run, the spread of the repeats, a step too cheap for a vector step) and what to run
+    instead. ``None`` when no row has a speed-up (serial alone, or failed rows)."""
+    rows = [r for r in result["rows"] if r["status"] == "ok" and r["mode"] != "serial"
+            and r["speedup_vs_serial"] is not None]
+    if not rows:
+        return None
+    best: dict[str, dict] = {}
+    for r in rows:
+        key = f"{r['scenario']}/{r['preset']}"
+        if key not in best or r["speedup_vs_serial"] > best[key]["speedup_vs_serial"]:
+            best[key] = r
+    won = {k: r for k, r in best.items() if r["speedup_vs_serial"] >= WIN}
+    lost = {k: r for k, r in best.items() if k not in won}
+    parts = [f"{_mode_text(r)} is fastest on {k}, {_ratio(r['speedup_vs_serial'])} serial"
+             for k, r in won.items()]
+    free = free_cores(result)
+    if won and not lost:
+        text = "; ".join(parts)
+        if free is not None and any(free < max(r["num_workers"], 1) - BUSY_TOLERANCE
+                                    for r in won.values()):
+            text += f" (with {free:.1f} free cores: an idle machine does better)"
+        return f"conclusion: parallel sampling pays here: {text}"
+    loser = max(lost.values(), key=lambda r: r["speedup_vs_serial"])
+    names = ", ".join(lost)
+    text = (f"no vector mode beat serial on {names} (best: {_mode_text(loser)}, "
+            f"{_ratio(loser['speedup_vs_serial'])})")
+    why, instead = [], []
+    cores = result["machine"].get("usable_cores")
+    need = max(max(r["num_workers"], 1) for r in rows)
+    if free is not None and free < need - BUSY_TOLERANCE:
+        of = f" of {cores}" if cores else ""
+        why.append(f"only {free:.1f}{of} cores were free during the run")
+        instead.append("an idle machine")
+        if need > 1:
+            instead.append("fewer workers (--workers 1)")
+    spread = max((r["spread"] or 0.0 for r in result["rows"] if r["status"] == "ok"),
+                 default=0.0)
+    if spread > SPREAD_LIMIT:
+        why.append(f"the repeats spread up to {spread:.0%}")
+        instead.append("more --repeats")
+    serial = [r for r in result["rows"] if r["status"] == "ok" and r["mode"] == "serial"
+              and f"{r['scenario']}/{r['preset']}" in lost]
+    if serial:
+        us = min(1e6 / r["env_steps_per_s"] for r in serial)
+        envs = max(r["num_envs"] for r in rows)
+        if not why or us < 200:
+            why.append(f"a step takes {us:.0f} us, little against what a vector step "
+                       "adds per env")
+            instead.append(f"more envs per worker (--num-envs {envs * 4})")
+    head = "conclusion: " + "; ".join([*parts, text])
+    if why:
+        said = why[0] if len(why) == 1 else ", ".join(why[:-1]) + " and " + why[-1]
+        head += f": {said}; run instead with {', '.join(instead)}"
+    return head
 
 
 def _works_text(result: dict) -> str:

@@ -82,7 +82,7 @@ from deszoo.core.canvas import drop_canvas
 from deszoo.core.facade import DictAPI
 from deszoo.core.groups import AgentRows, Group
 from deszoo.core.memory import check_fits, env_bytes
-from deszoo.core.params import COMMON, Config, Param, check_all, configure
+from deszoo.core.params import COMMON, Config, Param, check_all, configure, plain
 from deszoo.core.stepper import NOOP, Stepper
 from deszoo.errors import ConfigError, DeszooError, ModelError, ResetNeededError
 
@@ -212,8 +212,10 @@ class SimPyParallelEnv(Stepper, ParallelEnv):
 
     # Episode limits as attributes, so ``vec.set_attr("max_steps", 100)`` works per sim (and
     # ``max_cycles``, PettingZoo's name, which its parallel_api_test sets).
-    def _set_limit(self, key: str, value: Any) -> None:
-        check_all(self.metadata["name"], {key: COMMON_PARAMS[key]}, {key: value})
+    def _set_limit(self, key: str, value: Any, given: str | None = None) -> None:
+        value = plain(value)  # (NumPy scalars as in configure)
+        check_all(self.metadata["name"], {key: COMMON_PARAMS[key]}, {key: value},
+                  {key: given or key})
         self.config[key] = value
         self._kwargs[key] = value
         self._limit(self.config["max_time"], self.config["max_steps"])
@@ -227,7 +229,14 @@ class SimPyParallelEnv(Stepper, ParallelEnv):
     def max_steps(self, value: int | None) -> None:
         self._set_limit("max_steps", value)
 
-    max_cycles = max_steps
+    @property
+    def max_cycles(self) -> int | None:
+        """PettingZoo's name for :attr:`max_steps` (an error names ``max_cycles``)."""
+        return self.config["max_steps"]
+
+    @max_cycles.setter
+    def max_cycles(self, value: int | None) -> None:
+        self._set_limit("max_steps", value, "max_cycles")
 
     @property
     def max_time(self) -> float | None:

@@ -11,6 +11,13 @@ The bridge checks every value when the env is built (a :class:`ConfigError` that
 parameter, the value and what is expected; non-finite numbers are always refused), hands
 the model one :class:`Config` object (``config.n_machines``), and ``deszoo.docs``
 generates each scenario's documentation page from the same declarations.
+
+NumPy scalars are converted to plain Python numbers before they are checked (an
+``np.uint8(255)`` becomes the int ``255``), so that the bounds hold for the arithmetic the
+model does with them: ``np.uint8(255) + 1`` wraps to ``0``, ``255 + 1`` does not. A bound
+may depend on other parameters (``real(at_least=Least(...))``), where what a step costs
+depends on their ratio: an interval whose ticks a step may run through, at most so many of
+them in an episode.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from deszoo.errors import ConfigError
 
 __all__ = [
     "Param",
+    "Least",
     "Config",
     "integer",
     "real",
@@ -39,12 +47,27 @@ __all__ = [
     "optional",
     "check_all",
     "configure",
+    "plain",
     "COMMON",
     "BLACK_DEATH_V0",
 ]
 
 Check = Callable[[Any], str | None]  # the value -> None if fine, else what is expected
 INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Least:
+    """A lower bound computed from other parameters: ``fn(values)`` (``values`` maps each
+    parameter to its value), described by ``words`` in the docs and errors, e.g.
+    ``Least("horizon / 100,000", ("horizon",), lambda v: v["horizon"] / 1e5, "...")``.
+    ``uses`` names the parameters ``fn`` reads (an error shows their values); ``why`` says
+    in a few words what the bound protects."""
+
+    words: str
+    uses: tuple[str, ...]
+    fn: Callable[[Mapping[str, Any]], float]
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -114,16 +137,21 @@ def real(
     *,
     open_min: bool = False,
     open_max: bool = False,
+    at_least: Least | None = None,
 ) -> Check:
-    """A finite number (int or float, not a bool, not NaN or infinite) in the range."""
+    """A finite number (int or float, not a bool, not NaN or infinite) in the range, and at
+    least what ``at_least`` computes from the other parameters (checked by
+    :func:`check_all` once every value has passed its own check)."""
     lo = "" if minimum is None else f"{_num(minimum)} {'<' if open_min else '<='} "
     hi = "" if maximum is None else f" {'<' if open_max else '<='} {_num(maximum)}"
-    if minimum == 0 and maximum is None:
+    if minimum == 0 and maximum is None and at_least is None:
         words = "a finite number > 0" if open_min else "a finite number >= 0"
     elif lo or hi:
         words = f"a finite number x with {lo}x{hi}"
     else:
         words = "a finite number"
+    if at_least is not None:
+        words += f"{' and' if lo or hi else ' x with'} x >= {at_least.words}"
 
     def ok(v: Any) -> bool:
         if not _is_real(v):
@@ -134,6 +162,8 @@ def real(
 
     check = _named(words, ok)
     check.bounds = (None if open_min else minimum, None if open_max else maximum)
+    if at_least is not None:
+        check.at_least = at_least
     return check
 
 
@@ -227,13 +257,47 @@ def _non_finite(value: Any) -> bool:
     return False
 
 
-def check_all(name: str, params: Mapping[str, Param], values: Mapping[str, Any]) -> None:
-    """Run every parameter's check; ``ConfigError`` for the first value that fails."""
+def plain(value: Any) -> Any:
+    """``value`` with NumPy scalars made plain Python ones (in lists and tuples too): an
+    ``np.uint8(255)`` the int ``255``, an ``np.float32`` a float, an ``np.bool_`` a bool.
+
+    A parameter is checked, and the model computes, with the plain value: NumPy's fixed-
+    width arithmetic would wrap (``np.uint8(255) + 1 == 0``) inside the checked bounds.
+    """
+    if isinstance(value, np.generic):
+        return value.item() if isinstance(value, (np.integer, np.floating, np.bool_)) else value
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (np.generic, list, tuple))
+                                                for v in value):
+        return type(value)(plain(v) for v in value)
+    return value
+
+
+def check_all(name: str, params: Mapping[str, Param], values: Mapping[str, Any],
+              given: Mapping[str, str] | None = None) -> None:
+    """Run every parameter's check; ``ConfigError`` for the first value that fails.
+
+    ``given`` maps a parameter to the name the user gave it by (``max_steps`` given as
+    ``max_cycles``), which the error names.
+    """
+    given = given or {}
     for key, param in params.items():
         value = values[key]
         expects = "finite" if _non_finite(value) else param.check(value)
         if expects is not None:
-            raise ConfigError(f"{name}: {key}={value!r} must be {expects}")
+            raise ConfigError(f"{name}: {given.get(key, key)}={value!r} must be {expects}")
+    for key, param in params.items():  # bounds computed from other parameters
+        bound = getattr(param.check, "at_least", None)
+        if bound is None or values[key] is None or any(values.get(k) is None
+                                                       for k in bound.uses):
+            continue  # (a limit being set alone, or a parameter that is None: no bound)
+        least = bound.fn(values)
+        if values[key] < least:
+            uses = ", ".join(f"{k}={values[k]!r}" for k in bound.uses)
+            raise ConfigError(
+                f"{name}: {given.get(key, key)}={values[key]!r} must be at least "
+                f"{bound.words} = {least:.6g} with {uses}"
+                + (f" ({bound.why})" if bound.why else "")
+            )
 
 
 class Config(Mapping):
@@ -320,19 +384,21 @@ def configure(
     """
     if not isinstance(preset, str) or preset not in presets:
         raise ConfigError(f"{name}: unknown preset {preset!r}; valid presets: {sorted(presets)}")
-    kwargs = _max_cycles_alias(name, kwargs)
-    unknown = sorted(set(kwargs) - set(params))
+    unknown = sorted(set(kwargs) - {"max_cycles"} - set(params))
     if unknown:
         raise ConfigError(
             f"{name}: unknown argument(s) {unknown}; valid arguments: render_mode, "
             f"preset, mask_in_obs, max_cycles, {', '.join(sorted(params))}"
         )
-    config = {**{k: p.default for k, p in params.items()}, **presets[preset], **kwargs}
+    given = {"max_steps": "max_cycles"} if "max_cycles" in kwargs else {}
+    kwargs = _max_cycles_alias(name, kwargs)
+    config = {**{k: p.default for k, p in params.items()}, **presets[preset],
+              **{k: plain(v) for k, v in kwargs.items()}}
     if config["invalid_action"] == "noop":
         raise ConfigError(
             f"{name}: invalid_action='noop' was removed: it left the agent waiting, which "
             "froze simulated time; use 'random' (the default: a random legal action, "
             "flagged in infos) or 'raise'"
         )
-    check_all(name, params, config)
+    check_all(name, params, config, given)
     return config, kwargs

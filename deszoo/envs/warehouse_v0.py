@@ -1,22 +1,24 @@
 """Versioned public name of the warehouse scenario, version 0 (kept for reproducibility).
 
-The same model as ``warehouse_v1`` with v0's actions, ``Discrete(order_slots + 1)``: the
-no-op waits with an empty batch and starts the tour with a partial one; ``k`` adds slot
-``k-1``. See ``deszoo/envs/warehouse/env.py`` for the scenario and its version history.
+The same model as ``warehouse_v1`` (no time limit) with v0's actions,
+``Discrete(order_slots + 1)``: the no-op waits with an empty batch and starts the tour with a
+partial one; ``k`` adds slot ``k-1``. See ``deszoo/envs/warehouse/env.py`` for the scenario
+and its version history.
 """
 
 import numpy as np
 
 from deszoo.core.aec import aec_constructors
 from deszoo.core.params import BLACK_DEATH_V0
-from deszoo.envs.warehouse.env import WarehouseEnv, pick
+from deszoo.envs.warehouse.env import pick
+from deszoo.envs.warehouse_v1 import WarehouseEnvV1
 
 
-class WarehouseEnvV0(WarehouseEnv):
+class WarehouseEnvV0(WarehouseEnvV1):
     """Robotic order picking, version 0: one no-op for "wait" and "start the tour"."""
 
-    metadata = {**WarehouseEnv.metadata, "name": "warehouse_v0"}
-    params = {**WarehouseEnv.params, "black_death": BLACK_DEATH_V0}
+    metadata = {**WarehouseEnvV1.metadata, "name": "warehouse_v0"}
+    params = {**WarehouseEnvV1.params, "black_death": BLACK_DEATH_V0}
     GO = 0
 
 

@@ -29,8 +29,9 @@ from deszoo.core.arrays import is_array_env
 from deszoo.core.config import check_seed
 from deszoo.core.memory import check_fits, env_bytes
 from deszoo.errors import ConfigError
-from deszoo.vector.base import DeszooVecEnv, VecSpec, step_seconds, usable_cores
+from deszoo.vector.base import DeszooVecEnv, VecSpec, step_seconds
 from deszoo.vector.options import check_options
+from deszoo.vector.pool import usable_cores
 
 __all__ = [
     "BACKENDS",
@@ -184,6 +185,8 @@ def make_vec(
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; valid: {sorted(BACKENDS)}")
     cls = BACKENDS[backend]
+    if backend == "ray" and options.get("per_node") is True:
+        from deszoo.vector.ray_nodes import RayNodeVecEnv as cls  # one actor per node
     check_seed(seed, "make_vec(seed=...)")
     names = option_names()
     given = {k: v for k, v in options.items() if k in names}

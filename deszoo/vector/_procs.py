@@ -82,6 +82,26 @@ def die_with_parent(parent: int | None) -> None:
         return
     if parent and os.getppid() != parent:
         os._exit(1)
+    if parent == 0:
+        _leave_forkserver()
+
+
+def _leave_forkserver() -> None:
+    """Under ``forkserver``, drop this worker's copy of the fd by which the fork server
+    learns that its clients are gone. Python hands every child one; while a stopped worker
+    holds it, the fork server outlives the parent, so the worker's parent never dies and
+    ``PR_SET_PDEATHSIG`` never fires (both were left behind for good). Without it, the fork
+    server exits with the parent and the kernel kills its children, stopped ones too."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # noqa: SLF001 (the stdlib has no public name for it)
+    fd = server._forkserver_alive_fd  # noqa: SLF001
+    if fd is not None:
+        server._forkserver_alive_fd = None  # noqa: SLF001
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def worker_begins(parent: int | None) -> None:

@@ -40,8 +40,9 @@ from deszoo.core.arrays import AGENT_ARRAYS
 from deszoo.errors import ConfigError
 from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, Call, EnvGroup, Layout
-from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker
+from deszoo.vector.base import DeszooVecEnv, VecSpec
 from deszoo.vector.options import option
+from deszoo.vector.pool import Reply, Transport, Worker
 
 __all__ = ["RayTransport", "RayVecEnv", "import_ray", "reply_fields"]
 
@@ -429,10 +430,9 @@ class RayVecEnv(DeszooVecEnv):
     @classmethod
     def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
         import_ray()  # ImportError saying how to install it
-        if opts["per_node"]:
-            from deszoo.vector.ray_nodes import RayNodeVecEnv
-
-            return RayNodeVecEnv(spec, seed, opts)
+        if opts["per_node"]:  # make_vec builds those with RayNodeVecEnv
+            raise ConfigError("per_node=True: build it with make_vec(..., backend='ray', "
+                              "per_node=True) or deszoo.vector.ray_nodes.RayNodeVecEnv")
         for name in PER_NODE_ONLY:
             if opts[name] is not None:
                 raise ConfigError(f"make_vec(backend='ray'): {name}={opts[name]!r} is for "

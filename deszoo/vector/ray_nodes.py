@@ -52,7 +52,8 @@ import numpy as np
 from deszoo.errors import ConfigError
 from deszoo.vector import _procs
 from deszoo.vector._host import Call
-from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker, sigint_deferred
+from deszoo.vector.base import DeszooVecEnv, VecSpec
+from deszoo.vector.pool import Reply, Transport, Worker, WorkerPool, sigint_deferred, split
 from deszoo.vector.ray_backend import (
     SIM_FIELDS,
     RayTransport,
@@ -63,7 +64,7 @@ from deszoo.vector.ray_backend import (
     kill_actors,
     reply_fields,
 )
-from deszoo.vector.shm import ShmTransport, ShmVecEnv
+from deszoo.vector.shm import ShmTransport
 
 __all__ = ["RayNodeVecEnv", "alive_nodes", "share"]
 
@@ -130,17 +131,16 @@ def share(total: int, weights: list[int]) -> list[int]:
 
 
 # ---- inside a node actor -----------------------------------------------------------------
-class _Pool(ShmVecEnv):
-    """A ``shm`` vector env whose workers its node actor starts one at a time, each armed
-    to die with the actor (a node actor killed by Ray cannot close its pool)."""
-
-    def _boot(self) -> None:
-        """Nothing at construction: :meth:`_NodeHost.launch` starts the workers."""
-
-    def _transport(self, opts: dict[str, Any]) -> Transport:
-        self.spin_us = float(opts["spin_us"] or 0.0)
-        return ShmTransport(self.sim_spec, self._workers, self.spin_us, opts["start_method"],
-                            self.timeout, opts["close_timeout"], arm_always=True)
+def _node_pool(spec: VecSpec, num_workers: int, start_method: str | None, spin_us: float,
+               timeout: float, close_timeout: float) -> WorkerPool:
+    """A node's pool of ``shm`` workers over its envs, not started (the node actor starts
+    each worker on its own, armed to die with the actor: a node actor killed by Ray cannot
+    close its pool)."""
+    workers = [Worker(i, first, count, len(spec.agents))
+               for i, (first, count) in enumerate(split(spec.num_sims, num_workers))]
+    transport = ShmTransport(spec, workers, spin_us, start_method, timeout, close_timeout,
+                             arm_always=True)
+    return WorkerPool(transport, workers, timeout)
 
 
 class _NodeHost:
@@ -169,8 +169,8 @@ class _NodeHost:
                      ray.get_runtime_context().get_node_id())
         self.error: str | None = None
         try:
-            self.pool = _Pool.create(spec, num_workers=num_workers, **pool_options)
-            bufs = self.pool._bufs
+            self.pool = _node_pool(spec, num_workers, **pool_options)
+            bufs = self.pool.bufs
             bufs.events[:] = events  # event counts survive the actor's replacement
             names = reply_fields(spec.layout, same_step)
             self.parts = [getattr(bufs, n).reshape(-1).view(np.uint8) for n in names]
@@ -218,7 +218,7 @@ class _NodeHost:
         listener.close()
         conn.settimeout(None)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        act = memoryview(self.pool._bufs.act.reshape(-1).view(np.uint8))
+        act = memoryview(self.pool.bufs.act.reshape(-1).view(np.uint8))
         head = bytearray(STEP_HEAD.size)
         try:
             while _recv_into(conn, memoryview(head)):
@@ -247,15 +247,8 @@ class _NodeHost:
         if self.error is not None:
             return info, None, {j: ("boot_failed", None, self.error) for j in seeds}
         pool = self.pool
-        ws = []
-        for j, s in seeds.items():
-            w = pool._workers[j]
-            pool.transport.stop(w)
-            w.command = None
-            pool._replies.pop(j, None)
-            pool._start(w, s)
-            ws.append(w)
-        replies = pool._collect(ws)
+        ws = [pool.workers[j] for j in seeds]
+        replies = pool.boot(ws, seeds)
         out = {}
         for w in ws:
             r = replies[w.index]
@@ -274,7 +267,7 @@ class _NodeHost:
         chunks when there is no block).
         """
         if actions is not None:
-            self.pool._bufs.act[:] = actions
+            self.pool.bufs.act[:] = actions
         data, reply = self._run(command, workers, payload)
         if len(self.chunks) == 1:
             return (self.block if data else None), reply
@@ -284,7 +277,7 @@ class _NodeHost:
         """Run ``command`` (actions already in place); ``(whether the block was packed,
         notes)``."""
         pool = self.pool
-        ws = pool._workers if workers is None else [pool._workers[j] for j in workers]
+        ws = pool.workers if workers is None else [pool.workers[j] for j in workers]
         notes = []
         live = []
         for w in ws:
@@ -294,17 +287,11 @@ class _NodeHost:
                 live.append(w)
         if command != "step":
             payload = {j: self._local(command, p) for j, p in payload.items()}
-            replies = pool._exchange(live, command, payload) if live else {}
-        elif len(live) == len(pool._workers):  # shm's fast path: None when all are "ok"
-            deadline = time.monotonic() + pool.timeout
-            got = pool.transport.step(live, bool(payload), deadline)
-            replies = {}
-            if got is not None:
-                for r in got:
-                    pool._take(r)
-                replies = pool._collect(live, deadline)
+            replies = pool.exchange(live, command, payload) if live else {}
+        elif len(live) == len(pool.workers):  # shm's fast path: None when all are "ok"
+            replies = pool.step(bool(payload)) or {}
         else:
-            replies = pool._exchange(live, command, payload) if live else {}
+            replies = pool.exchange(live, command, payload) if live else {}
         data = command in DATA_COMMANDS
         if data:
             np.concatenate(self.parts, out=self.block)

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from deszoo.vector._host import Buffers, EnvGroup, Layout
-from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker, post_guarded
+from deszoo.vector.base import DeszooVecEnv, VecSpec
 from deszoo.vector.options import option
+from deszoo.vector.pool import Reply, Transport, Worker, post_guarded
 
 __all__ = ["InProcess", "RoundRobinVecEnv"]
 

@@ -48,8 +48,9 @@ import numpy as np
 
 from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, EnvGroup, Layout
-from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker, usable_cores
+from deszoo.vector.base import DeszooVecEnv, VecSpec
 from deszoo.vector.options import option
+from deszoo.vector.pool import Reply, Transport, Worker, usable_cores
 
 __all__ = ["ShmTransport", "ShmVecEnv", "SHM_OPTIONS"]
 

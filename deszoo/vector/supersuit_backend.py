@@ -45,8 +45,9 @@ import numpy as np
 
 from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, Call, EnvFailure, EnvGroup, Layout
-from deszoo.vector.base import DeszooVecEnv, Reply, Transport, VecSpec, Worker
+from deszoo.vector.base import DeszooVecEnv, VecSpec
 from deszoo.vector.options import option
+from deszoo.vector.pool import Reply, Transport, Worker
 
 __all__ = ["AgentVecEnv", "SuperSuitTransport", "SuperSuitVecEnv"]
 

@@ -9,13 +9,15 @@ a new passenger arrives anywhere (event-driven, no clock). It picks a target flo
 passengers of that direction board and the car travels to the target, or to the nearest
 destination of a rider if that comes first. Riders are never carried away from their
 destinations: while a car has riders it may only target floors up to the nearest destination in
-its direction. Arrivals stop at ``horizon``; the episode ends when everyone is delivered.
+its direction. Arrivals stop at ``horizon``; the episode ends when everyone is delivered, or
+is truncated at ``max_time`` (3 x ``horizon`` by default): after the arrivals stop, cars that
+shuttle between floors while someone waits elsewhere would otherwise never end it.
 
 ``soft_k(x) = x / (x + k)`` maps counts (``k = 4``) and waiting times in seconds (``k = 60``)
 into ``[0, 1)``.
 
 =================  ======================================================================
-Import             ``from deszoo.envs import elevator_v1`` / ``deszoo.make("elevator_v1")``
+Import             ``from deszoo.envs import elevator_v2`` / ``deszoo.make("elevator_v2")``
 Agents             ``car_0`` .. ``car_{n_cars-1}``
 Action space       ``Discrete(n_floors + 1)``: ``0`` no-op (at a decision point: park here
                    until the next passenger arrives), ``k`` targets floor ``k-1``
@@ -42,7 +44,11 @@ Reward             shared: every car gets minus (passengers waiting in the build
                    ``ride_weight = 1`` (the default) the cars' rewards sum to minus the
                    passengers' total journey time (wait + ride)
 Termination        arrivals are over and every passenger has been delivered
-Truncation         ``max_steps`` env steps (default 20000) or ``max_time`` (seconds)
+Truncation         ``max_time`` simulated seconds (default 3 x ``horizon``: 5400, 3600 on
+                   `small`; set it with ``horizon``) or ``max_steps`` env steps (default
+                   20000). The heuristic ends by about 1.03 x ``horizon`` on `small` and
+                   `default` (1.4 x on `large`); a policy that shuttles empty cars between
+                   floors while someone waits is truncated
 Heuristic          ``heuristic(obs, mask)``: collective control. With riders: the nearest
                    rider destination or same-direction hall call on the way. Empty: serve
                    this floor's queue (the longer-waiting direction), else the nearest floor
@@ -53,8 +59,17 @@ Heuristic          ``heuristic(obs, mask)``: collective control. With riders: th
 Presets: `small` (6 floors, 2 cars, 0.08 passengers per second for 20 minutes), `default`
 (12 floors, 4 cars, 0.2 per second for 30 minutes), `large` (120 floors, 64 cars, 3 per
 second for 30 minutes; ``max_steps`` 50000; about 11x the work per step of `small`).
+``max_time`` is 3 x ``horizon`` on each.
 
 Version History:
+    v2: episodes end in bounded simulated time on every policy: ``max_time`` defaults to 3 x
+    ``horizon`` (5400 s; 3600 s on `small`), was ``None``. In v1, after the arrivals stopped,
+    cars sent back and forth between floors while someone waited elsewhere ran an episode to
+    ``max_steps`` (on `small` and `default`, 20000 steps: 38,000 to 135,000 simulated seconds
+    under a no-op, a fixed-action or a ping-pong policy, against about 1,200 s and 1,850 s for
+    the heuristic; on `large`, 50000 steps: up to 152,000 s against about 2,400 s). Same
+    model, actions, observations and rewards as v1, and the same trajectories up to
+    ``max_time``.
     v1: a shared reward: each car pays 1/n_cars of every passenger-minute in the building,
     waiting or riding (``ride_weight`` default 1). In v0 a car paid ``ride_weight`` (0.5)
     per minute of its own riders but only 1/n_cars of each waiting passenger-minute, so
@@ -90,7 +105,7 @@ class ElevatorEnv(SimPyParallelEnv):
 
     metadata = {
         "render_modes": ["human", "ansi", "rgb_array"],
-        "name": "elevator_v1",
+        "name": "elevator_v2",
         "render_fps": 8,
     }
     params = {
@@ -112,10 +127,11 @@ class ElevatorEnv(SimPyParallelEnv):
         "ride_weight": Param(1.0, real(0, 1e6),
                              "weight of riding time against waiting time in the reward"),
         "max_steps": COMMON["max_steps"].with_default(20000),
+        "max_time": COMMON["max_time"].with_default(5400.0),  # 3 x horizon
     }
     presets = {
         "small": {"n_floors": 6, "n_cars": 2, "capacity": 8, "arrival_rate": 0.08,
-                  "horizon": 1200.0},
+                  "horizon": 1200.0, "max_time": 3600.0},
         "default": {},
         "large": {"n_floors": 120, "n_cars": 64, "capacity": 20, "arrival_rate": 3.0,
                   "max_steps": 50000},

@@ -72,8 +72,9 @@ class JobShopEnv(SimPyParallelEnv):
         "flexibility": Param(0.5, real(0, 1, open_min=True),
                              "probability that a machine is eligible for an operation (one "
                              "random machine always is)"),
-        "utilization": Param(0.95, real(0, 1e9, open_min=True),
-                             "offered load per machine; sets the arrival rate"),
+        "utilization": Param(0.95, real(0.001, 1e9),
+                             "offered load per machine; sets the arrival rate (at least "
+                             "0.001: jobs arrive within finite, bounded time)"),
         "due_tightness": Param(2.0, real(0, 1000, open_min=True),
                                "due date = arrival + tightness * mean work of the job"),
         "ptime_range": Param((1.0, 10.0), pair(real(0, 1e6, open_min=True)),

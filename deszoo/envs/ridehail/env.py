@@ -96,7 +96,7 @@ from gymnasium import spaces
 
 from deszoo.core import NOOP, Integrator, SimPyParallelEnv
 from deszoo.core.groups import discrete
-from deszoo.core.params import COMMON, Param, integer, real
+from deszoo.core.params import COMMON, Least, Param, integer, real
 from deszoo.envs.ridehail.model import BUSY, GONE, IDLE, MOVING, OFF, Request, RideHailModel
 from deszoo.errors import ConfigError
 
@@ -106,6 +106,17 @@ HEAD = 9
 ZONE = 4
 SLOT = 6
 DRIVER = 8  # state features per driver
+# The longest episode: every shift ends by the horizon, and a ride accepted just before then
+# takes at most 2.5 zone_time (zones_x + zones_y) seconds (the pickup and the ride, each at
+# most 1.25 zone_time (manhattan distance + 0.5)). While no driver is idle a step runs
+# through the dispatch ticks, so there are at most 100,000 ticks in that time.
+TICKS = Least(
+    "(horizon + 2.5 zone_time (zones_x + zones_y)) / 100,000",
+    ("horizon", "zone_time", "zones_x", "zones_y"),
+    lambda v: (v["horizon"] + 2.5 * v["zone_time"] * (v["zones_x"] + v["zones_y"])) / 1e5,
+    "at most 100,000 dispatch ticks in the longest episode: a step runs through them while "
+    "no driver is idle",
+)
 LOOKAHEAD = 600.0  # seconds: horizon of the expected-demand features
 _FAR = 2.0  # a pickup time (scaled) past any in reach: the request is out of reach
 # Per driver state (a row each): observation columns 0-3, [on shift, idle, driving a rider,
@@ -138,8 +149,10 @@ class RideHailEnv(SimPyParallelEnv):
         "base_fare": Param(2.5, real(0, 1e6), "money per ride"),
         "fare_per_minute": Param(1.0, real(0, 1e6), "money per minute with a rider"),
         "cost_per_minute": Param(0.3, real(0, 1e6), "cost per minute driven"),
-        "dispatch_interval": Param(30.0, real(0, 1e5, open_min=True),
-                                   "seconds between dispatch ticks"),
+        "dispatch_interval": Param(30.0, real(0, 1e5, open_min=True, at_least=TICKS),
+                                   "seconds between dispatch ticks (a step runs through them "
+                                   "while no driver is idle: at most 100,000 in the longest "
+                                   "episode)"),
         "request_slots": Param(4, integer(1, 64), "nearest open requests an idle driver sees"),
         "pickup_radius": Param(2, integer(0, 64),
                                "a driver sees requests at most this many zones away"),
@@ -154,12 +167,15 @@ class RideHailEnv(SimPyParallelEnv):
     def _setup(self):
         p = self.p
         if p.zones_x * p.zones_y < 2:
-            raise ConfigError(f"{self.metadata['name']}: the city needs at least 2 zones")
+            raise ConfigError(f"{self.metadata['name']}: zones_x={p.zones_x} and zones_y="
+                              f"{p.zones_y} make 1 zone; the city needs at least 2")
         Z, K = p.zones_x * p.zones_y, p.request_slots
         self._n_zones = Z
         self._count_ref = max(2.0, 2.0 * p.n_drivers / Z)
         self._time_ref = p.zone_time * (p.zones_x + p.zones_y - 1.5)
-        self._fare_ref = p.base_fare + p.fare_per_minute * self._time_ref / 60.0
+        # (0 when rides pay nothing, base_fare = fare_per_minute = 0: every fare observed is
+        # then 0 / 1)
+        self._fare_ref = p.base_fare + p.fare_per_minute * self._time_ref / 60.0 or 1.0
         self._zone0 = HEAD
         self._slot0 = HEAD + ZONE * Z
         dim = self._slot0 + SLOT * K

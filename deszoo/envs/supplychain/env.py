@@ -109,12 +109,14 @@ class SupplyChainEnv(SimPyParallelEnv):
     params = {
         "widths": Param((4, 2, 2, 1), int_tuple(1, 256, 16),
                         "nodes per echelon, retailers first; must not grow upstream"),
-        "demand_rate": Param(8.0, real(0, 1000, open_min=True),
-                             "customers per period at each retailer (Poisson)"),
+        "demand_rate": Param(8.0, real(0.001, 1000),
+                             "customers per period at each retailer (Poisson; at least 0.001: "
+                             "quantities are observed, and costs rewarded, per mean demand)"),
         "seasonality": Param(0.25, fraction(),
                              "amplitude a of the demand factor 1 + a sin(2 pi t / season)"),
-        "season": Param(52.0, real(0, 1e6, open_min=True),
-                        "length of the seasonal cycle in periods"),
+        "season": Param(52.0, real(1, 1e6),
+                        "length of the seasonal cycle in periods (at least one: demand is "
+                        "drawn once a period)"),
         "order_delay": Param(1, integer(0, 100), "periods for an order to reach the supplier"),
         "ship_delay": Param(2, integer(1, 100), "periods a shipment travels"),
         "production_delay": Param(2, integer(1, 100), "periods a factory's production takes"),
@@ -125,8 +127,9 @@ class SupplyChainEnv(SimPyParallelEnv):
         "order_levels": Param(9, integer(2, 1001),
                               "Discrete actions (order sizes 0 .. max_order periods of demand); "
                               "also sets the observation's order unit"),
-        "max_order": Param(2.0, real(0, 100, open_min=True),
-                           "largest order, in periods of the node's mean demand"),
+        "max_order": Param(2.0, real(0.001, 100),
+                           "largest order, in periods of the node's mean demand (at least "
+                           "0.001: it sets the observation's order unit)"),
         "position_cap": Param(2.0, real(0, 1e6),
                               "slack of the inventory-position limit of the Discrete mask, in "
                               "periods of mean demand (not applied with continuous=True)"),
@@ -153,7 +156,8 @@ class SupplyChainEnv(SimPyParallelEnv):
             )
         if p.max_steps is None and p.max_time is None:
             raise ConfigError(
-                f"{name}: the chain never terminates; set max_steps (periods) or max_time"
+                f"{name}: max_steps=None and max_time=None: the chain never terminates; set "
+                "max_steps (periods) or max_time"
             )
         depth = len(widths)
         if depth == 4:

@@ -106,8 +106,10 @@ class TrafficEnv(SimPyParallelEnv):
         "link_capacity": Param(40, integer(1, 1000), "vehicles a link stores, moving and queued"),
         "headway": Param(2.0, real(0, 60, open_min=True),
                          "saturation headway at the stop line, seconds per vehicle"),
-        "decision_interval": Param(5.0, real(0, 3600, open_min=True),
-                                   "seconds between decision ticks"),
+        "decision_interval": Param(5.0, real(0.1, 3600),
+                                   "seconds between decision ticks (at least 0.1: a step runs "
+                                   "through the ticks of a min_green and a clearance, at most "
+                                   "42,000 of them)"),
         "min_green": Param(10.0, real(0, 3600),
                            "seconds a phase stays green before the signal may decide again"),
         "clearance": Param(4.0, real(0, 600),
@@ -123,8 +125,8 @@ class TrafficEnv(SimPyParallelEnv):
     def _setup(self):
         p = self.p
         if p.max_time is None and p.max_steps is None:
-            raise ConfigError(f"{self.metadata['name']}: demand never ends; set max_time or "
-                              "max_steps")
+            raise ConfigError(f"{self.metadata['name']}: max_time=None and max_steps=None: "
+                              "demand never ends; set max_time or max_steps")
         self._queue_ref = p.link_capacity / 2.0
         return discrete(self._agent_names(), np.zeros(OBS_DIM), np.ones(OBS_DIM), 1 + N_PHASES)
 

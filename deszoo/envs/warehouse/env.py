@@ -10,10 +10,11 @@ tour. A robot is at a decision point when it is free (at the start, after a drop
 after waiting, or after adding an order to a batch that is not full) and at least one
 order is open; it picks one of the first ``order_slots`` open orders (arrival order) or
 takes the no-op. Decisions are event-driven and asynchronous. The episode length varies:
-it terminates when every order has been delivered.
+it terminates when every order has been delivered, or is truncated at ``max_time`` (about
+3 x the heuristic's episode by default), since robots that keep waiting never end it.
 
 =================  ======================================================================
-Import             ``from deszoo.envs import warehouse_v1`` / ``deszoo.make("warehouse_v1")``
+Import             ``from deszoo.envs import warehouse_v2`` / ``deszoo.make("warehouse_v2")``
 Agents             ``robot_0`` .. ``robot_{n_robots-1}``
 Action space       ``Discrete(order_slots + 2)``: ``0`` wait (no-op): wait ``wait_time``
                    seconds, keeping the batch, then decide again; ``1`` go: start the
@@ -52,7 +53,11 @@ Reward             shared: minus the order-minutes in the system (orders arrived
                    split equally among the robots; summed over robots and the episode it
                    is minus the total order cycle time in minutes
 Termination        every order has been delivered
-Truncation         ``max_steps`` env steps (default 3000) or ``max_time`` simulated time
+Truncation         ``max_time`` simulated seconds (default 3600; `small` 1200, `large`
+                   18000: about 3 x the heuristic's mean episode of 1290 s on `default`,
+                   420 s on `small`, 6200 s on `large`; set it with ``n_orders`` or
+                   ``utilization``) or ``max_steps`` env steps (default 3000). A policy
+                   that keeps waiting is truncated
 Heuristic          ``heuristic(obs, mask)``: with an empty batch the shortest estimated
                    tour (congested aisles penalised, old orders favoured), never waiting;
                    with a partial batch add the order that adds least time if that is at
@@ -61,9 +66,16 @@ Heuristic          ``heuristic(obs, mask)``: with an empty batch the shortest es
 
 Presets: `small` (3 robots, 4 aisles of 8 cells, 30 orders), `default` (6 robots, 8 aisles
 of 12, 120 orders), `large` (96 robots, 64 aisles of 40, 16 stations, 1600 orders, up to 8
-lines per order: about 10x the work per step of `small`).
+lines per order: about 10x the work per step of `small`). ``max_time`` is 1200 s, 3600 s and
+18000 s.
 
 Version History:
+    v2: episodes end in bounded simulated time on every policy: ``max_time`` defaults to about
+    3 x the heuristic's episode (3600 s; 1200 s on `small`, 18000 s on `large`), was
+    ``None``. In v1 robots that kept waiting ran an episode to ``max_steps`` (3000 steps,
+    30,000 simulated seconds, against about 420 s on `small` and 1,290 s on `default` for
+    the heuristic; 40000 steps, 400,000 s, against about 6,200 s on `large`). Same model,
+    actions, observations and reward as v1, and the same trajectories up to ``max_time``.
     v1: distinct actions for wait (``0``) and go (``1``). In v0 the no-op meant "wait" for
     a robot with an empty batch but "start the tour" for one with a partial batch, so one
     action had two meanings and a robot could not wait for a better order to add. Same
@@ -99,7 +111,7 @@ class WarehouseEnv(SimPyParallelEnv):
 
     metadata = {
         "render_modes": ["human", "ansi", "rgb_array"],
-        "name": "warehouse_v1",
+        "name": "warehouse_v2",
         "render_fps": 8,
     }
     params = {
@@ -113,9 +125,10 @@ class WarehouseEnv(SimPyParallelEnv):
         "max_lines": Param(4, integer(1, 64), "an order has 1..max_lines lines (uniform)"),
         "skew": Param(0.5, real(0, 10),
                       "aisle popularity: aisle a has weight (a + 1)^(-skew) (0: uniform)"),
-        "utilization": Param(1.2, real(0, 100, open_min=True),
+        "utilization": Param(1.2, real(0.001, 100),
                              "arrival rate relative to the fleet's capacity when it picks one "
-                             "order per tour without blocking; above 1 the robots must batch"),
+                             "order per tour without blocking; above 1 the robots must batch "
+                             "(at least 0.001: orders arrive within finite, bounded time)"),
         "initial_orders": Param(12, integer(0, 100_000), "orders already open at t = 0"),
         "capacity": Param(3, integer(1, 64), "orders a robot carries in one tour"),
         "cell_time": Param(1.0, real(0, 3600, open_min=True),
@@ -130,6 +143,7 @@ class WarehouseEnv(SimPyParallelEnv):
                            "seconds a robot with an empty batch waits on the no-op"),
         "order_slots": Param(8, integer(1, 256), "open orders a robot sees and can choose from"),
         "max_steps": COMMON["max_steps"].with_default(3000),
+        "max_time": COMMON["max_time"].with_default(3600.0),  # ~3 x the heuristic's episode
     }
     presets = {
         "small": {
@@ -139,6 +153,7 @@ class WarehouseEnv(SimPyParallelEnv):
             "n_orders": 30,
             "max_lines": 3,
             "initial_orders": 6,
+            "max_time": 1200.0,
         },
         "default": {},
         "large": {
@@ -150,6 +165,7 @@ class WarehouseEnv(SimPyParallelEnv):
             "max_lines": 8,
             "initial_orders": 192,
             "max_steps": 40000,
+            "max_time": 18000.0,
         },
     }
 

@@ -1,0 +1,259 @@
+"""A vector env's batch: actions in, results out, over the buffers every backend shares.
+
+:class:`Batch` checks actions before they reach a worker, builds Gymnasium's
+``(obs, rew, term, trunc, infos)`` from :class:`~deszoo.vector._host.Buffers` (copies or
+views), and marks the rows of envs restarted after a fault. It knows nothing of workers.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from deszoo.errors import ConfigError, InvalidActionError, ResetNeededError
+from deszoo.vector._host import Buffers
+
+__all__ = ["Batch"]
+
+
+def _same(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+class Batch:
+    """The rows of a vector env: ``num_sims`` envs of ``n`` agents each, env-major.
+
+    Args:
+        spec: the vector env's :class:`~deszoo.vector.base.VecSpec`.
+        bufs: the batch buffers (the transport's).
+        copy: results are copies (``True``) or views of the buffers.
+        same_step: Gymnasium's ``SameStep`` autoreset (final observations in the infos).
+
+    Attributes:
+        restarted: per row, whether its env was rebuilt after a fault (for one step).
+        any_restarted: whether ``restarted`` has a ``True`` (hot-path shortcut).
+        hook: the vector env's fault hook (``"marked"``, ``"after"``), or ``None``.
+    """
+
+    def __init__(self, spec: Any, bufs: Buffers, copy: bool, same_step: bool):
+        self.spec = spec
+        self.layout = spec.layout
+        self.bufs = bufs
+        self.copy = copy
+        self.same_step = same_step
+        self.mask_in_obs = spec.mask_in_obs  # PettingZoo's {"observation", "action_mask"}
+        self.agents = list(spec.agents)
+        self.n = n = len(self.agents)
+        self.num_sims = spec.num_sims
+        self.num_rows = self.num_sims * n
+        rows = spec.rows
+        self.act_type = rows.type
+        self.n_actions = int(rows.mask_dim) if rows.type is spaces.Discrete else 0
+        self.noop_mask = rows.noop_mask()
+        self.kind = np.tile(rows.kind, self.num_sims)  # each row's kind (group index)
+        self.row_sim = np.repeat(np.arange(self.num_sims), n)
+        self.restarted = np.zeros(self.num_rows, dtype=bool)
+        self.any_restarted = False
+        self.hook: Callable[[str], None] | None = None
+
+    # ---- actions --------------------------------------------------------------------
+    def check_actions(self, actions: Any, out: np.ndarray, rows: Any = None) -> None:
+        """Validate ``actions`` and write them into ``out``, before any send (``rows``: the
+        rows they are for, all by default)."""
+        if isinstance(actions, np.ndarray):
+            a = actions
+        else:
+            try:
+                a = np.asarray(actions)
+            except ValueError as exc:  # ragged nested lists
+                raise InvalidActionError(
+                    f"actions must be an array of shape {out.shape}: {exc}"
+                ) from None
+        if a.shape != out.shape:
+            raise InvalidActionError(
+                f"actions must have shape {out.shape} (one action per row: "
+                f"{out.shape[0] // self.n} envs x {self.n} agents), "
+                f"got shape {a.shape}"
+            )
+        if self.act_type is spaces.Box:
+            self._check_box(a, out, rows)
+            return
+        if a.dtype.kind not in "iu":
+            raise InvalidActionError(
+                f"actions must be an integer array, got dtype {a.dtype}"
+                + (f"; valid actions are 0..{self.n_actions - 1}"
+                   if self.act_type is spaces.Discrete else "")
+            )
+        np.copyto(out, a, casting="unsafe")
+        if self.act_type is spaces.Discrete:
+            # One reduction checks both ends: negatives wrap to huge unsigned values.
+            if out.view(np.uint64).max() >= self.n_actions:
+                bad = int(np.flatnonzero((a < 0) | (a >= self.n_actions))[0])
+                raise InvalidActionError(
+                    f"row {bad} (env {bad // self.n}, agent "
+                    f"{self.agents[bad % self.n]!r}) got action "
+                    f"{a[bad]}; the action space is Discrete({self.n_actions}), valid actions "
+                    f"are 0..{self.n_actions - 1}"
+                )
+            return
+        nvec = self.spec.rows.nvec
+        bad_rows = np.flatnonzero(((a < 0) | (a >= nvec)).any(axis=1))
+        if len(bad_rows):
+            bad = int(bad_rows[0])
+            raise InvalidActionError(
+                f"row {bad} got action {a[bad].tolist()}; the action space is "
+                f"MultiDiscrete({nvec.tolist()})"
+            )
+
+    def _check_box(self, a: np.ndarray, out: np.ndarray, rows: Any) -> None:
+        if a.dtype.kind not in "iuf":
+            raise InvalidActionError(f"actions must be a float array, got dtype {a.dtype}")
+        r = self.spec.rows
+        n = self.n
+        idx = np.arange(self.num_rows) if rows is None else np.asarray(rows)
+        agent = idx % n
+        own = np.arange(r.act_dim)[None, :] < r.act_dims[agent][:, None]  # not padding
+        low, high = r.act_low[agent], r.act_high[agent]
+        bad = own & ~(np.isfinite(a) & (a >= low) & (a <= high))
+        if bad.any():
+            row = int(np.flatnonzero(bad.any(axis=1))[0])
+            raise InvalidActionError(
+                f"row {row} (agent {self.agents[idx[row] % n]!r}) got action "
+                f"{a[row].tolist()}, outside its Box [{low[row].tolist()}, "
+                f"{high[row].tolist()}] (actions are not clipped; NaN is refused)"
+            )
+        np.copyto(out, np.where(own, a, 0.0), casting="unsafe")
+
+    # ---- results --------------------------------------------------------------------
+    def results(self, rows: Any = None) -> tuple:
+        """``(obs, rew, term, trunc, infos)`` for ``rows`` (all rows when ``None``)."""
+        bufs = self.bufs
+        if self.hook is not None:
+            self.hook("after")
+        take: Callable[[np.ndarray], np.ndarray]
+        if rows is None:
+            take = np.ndarray.copy if self.copy else _same
+            sim_time = bufs.sim_time[self.row_sim]
+            restarted = take(self.restarted)
+        else:
+            take = operator.itemgetter(rows)  # fancy indexing copies anyway
+            sim_time = bufs.sim_time[rows // self.n]
+            restarted = self.restarted[rows]
+        infos = {
+            "action_mask": take(bufs.mask),
+            "needs_action": take(bufs.needs),
+            "live": take(bufs.live),
+            "sim_time": sim_time,
+            "restarted": restarted,
+            "invalid_action": take(bufs.invalid),
+            "invalid_count": take(bufs.invalid_count),
+            "kind": take(self.kind),
+        }
+        if self.layout.state_dim:  # every row gets its env's state, as sim_time
+            infos["state"] = bufs.state[self.row_sim if rows is None
+                                        else rows // self.n]
+        obs = take(bufs.obs)
+        if self.same_step:
+            final_obs = take(bufs.final_obs)
+            if self.mask_in_obs:  # an ended episode's agents decide nothing: no-op masks
+                noop = np.broadcast_to(self.noop_mask, infos["action_mask"].shape).copy()
+                final_obs = {"observation": final_obs, "action_mask": noop}
+            final = take(bufs.final)
+            infos["final_obs"] = final_obs
+            infos["_final_obs"] = final
+            # Gymnasium's final_info: what the ended episodes' rows reported last (their
+            # clock and invalid-action count; every agent of an ended episode is gone).
+            n = self.n
+            final_time = (bufs.final_time.repeat(n) if rows is None
+                          else bufs.final_time[rows // n])
+            infos["final_info"] = {
+                "sim_time": final_time,
+                "invalid_count": take(bufs.final_count),
+                "_sim_time": final,
+                "_invalid_count": final,
+            }
+            if self.layout.state_dim:
+                infos["final_info"]["state"] = bufs.final_state[
+                    self.row_sim if rows is None else rows // n]
+                infos["final_info"]["_state"] = final
+            infos["_final_info"] = final
+        if self.mask_in_obs:
+            obs = {"observation": obs, "action_mask": infos["action_mask"].copy()}
+        return obs, take(bufs.rew), take(bufs.term), take(bufs.trunc), infos
+
+    def mark_restarted(self, sims: Sequence[int], reset_now: bool) -> None:
+        """Report the episodes of rebuilt envs ``sims`` as truncated.
+
+        ``reset_now`` (same-step mode, resets): the rows already show the new episode;
+        else they are dead until the next step starts it.
+        """
+        if self.hook is not None:
+            self.hook("marked")
+        bufs, n = self.bufs, self.n
+        for s in sims:
+            rows = slice(s * n, (s + 1) * n)
+            bufs.rew[rows] = 0.0
+            bufs.term[rows] = False
+            bufs.trunc[rows] = True
+            bufs.final_obs[rows] = 0.0
+            bufs.final[rows] = self.same_step
+            if not reset_now:
+                bufs.obs[rows] = 0.0
+                bufs.live[rows] = False
+                bufs.needs[rows] = False
+                bufs.mask[rows] = self.noop_mask
+                bufs.invalid[rows] = False
+                bufs.invalid_count[rows] = 0
+            self.restarted[rows] = True
+        self.any_restarted = True
+
+    def begin_step(self, ws: Sequence[Any]) -> None:
+        """Restart flags last one step: clear those of ``ws``'s rows."""
+        for w in ws:
+            self.restarted[w.rows] = False
+        self.any_restarted = bool(self.restarted.any())
+
+    def clear_restarted(self, rows: Any = None) -> None:
+        """A reset: the rows ``rows`` (all by default) are no longer restarted ones."""
+        self.restarted[slice(None) if rows is None else rows] = False
+        self.any_restarted = bool(self.restarted.any())
+
+    def check_no_pending_reset(self) -> None:
+        """Disabled autoreset: an env whose episode ended must be reset before a step."""
+        ended = ~self.bufs.live.reshape(self.num_sims, self.n).any(axis=1)
+        if ended.any():
+            env = int(np.flatnonzero(ended)[0])
+            raise ResetNeededError(
+                f"env {env} ended its episode and autoreset_mode='Disabled': reset it with "
+                "reset(options={'reset_mask': mask}) before the next step"
+            )
+
+    def reset_mask(self, options: dict | None, first: bool) -> np.ndarray | None:
+        """Per-env booleans from Gymnasium's ``reset_mask`` option (per row), or None."""
+        if not options or "reset_mask" not in options:  # read, never pop: callers reuse it
+            return None
+        mask = options["reset_mask"]
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+            raise ConfigError("options['reset_mask'] must be a numpy bool array, one per row")
+        if mask.shape != (self.num_rows,):
+            raise ConfigError(
+                f"options['reset_mask'] has shape {mask.shape}; expected ({self.num_rows},) "
+                f"(one per row: {self.num_sims} envs x {self.n} agents)"
+            )
+        per_env = mask.reshape(self.num_sims, self.n)
+        if not (per_env.all(axis=1) | ~per_env.any(axis=1)).all():
+            bad = int(np.flatnonzero(per_env.any(axis=1) & ~per_env.all(axis=1))[0])
+            raise ConfigError(
+                f"options['reset_mask'] selects some rows of env {bad} but not all; an env "
+                "resets as a whole (all its agents' rows)"
+            )
+        if not mask.any():
+            raise ConfigError("options['reset_mask'] selects no env")
+        if first and not mask.all():
+            raise ResetNeededError("reset the whole batch once before a partial reset")
+        which = per_env[:, 0].copy()
+        return None if which.all() else which

@@ -1,0 +1,508 @@
+"""The worker pool: workers, the transport that reaches them, their replies and restarts.
+
+:class:`WorkerPool` is what every backend shares below the Gymnasium face
+(:class:`~deszoo.vector.base.DeszooVecEnv`): it hands commands to workers through a
+:class:`Transport`, takes their :class:`Reply` objects as they come (each worker counts as
+hung at its own deadline), and replaces a worker that died or hung. It knows nothing of
+spaces, actions or autoreset; a Ray node actor runs one over its local ``shm`` workers.
+
+Ctrl-C: :func:`sigint_deferred` holds it off where a batch must not be cut (a hand-out, an
+in-process step, a repair, replies being taken); one that comes meanwhile is raised when the
+block ends. Waits are never held off for longer than :data:`POLL_SLICE`.
+
+:data:`FAULT_POINTS` names the places a fault may strike a call; the face, the pool and the
+transports call ``hook(point)`` there when a hook is set (tests land Ctrl-C there).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from _signal import getsignal as _get_handler
+from _signal import raise_signal as _raise_signal
+from _signal import signal as _set_handler
+from _thread import get_ident as _get_ident
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from deszoo.errors import ConfigError, VectorEnvError, WorkerDiedError, WorkerTimeoutError
+from deszoo.vector._host import Buffers, EnvFailure
+
+__all__ = [
+    "BOOT_ATTEMPTS",
+    "FAULT_POINTS",
+    "RestartFailed",
+    "Reply",
+    "Transport",
+    "Worker",
+    "WorkerPool",
+    "post_guarded",
+    "resolve_workers",
+    "sigint_deferred",
+    "split",
+    "usable_cores",
+]
+
+log = logging.getLogger("deszoo.vector")
+
+# A replacement worker that fails to boot this many times in a row ends the run.
+BOOT_ATTEMPTS = 3
+# Longest a wait for replies runs with Ctrl-C held off (a pending one is raised after it).
+POLL_SLICE = 0.05
+_SIGINT = int(signal.SIGINT)
+_SIG_IGN = int(signal.SIG_IGN)
+_MAIN_THREAD = threading.main_thread().ident
+# Ctrl-C held off: [held, a Ctrl-C came meanwhile] (see sigint_deferred).
+_held = [False, False]
+
+# Where a fault may strike a call; the lifecycle and the transports call
+# ``fault_hook(point)`` at each (tests/chaos_harness.py lands Ctrl-C there).
+FAULT_POINTS: dict[str, str] = {
+    "before": "a step begins: nothing handed out yet",
+    "handout": "the first worker has its command, the others not yet (transport)",
+    "wait": "commands handed out, waiting for the replies",
+    "polled": "replies read from the transport, not yet taken",
+    "taken": "replies taken",
+    "handle": "faults seen, not yet repaired",
+    "restart": "a replacement worker started, not yet booted",
+    "marked": "the rows of restarted envs being marked",
+    "after": "the results being copied out",
+    "settle": "a call finishing what a call cut short left in flight",
+}
+
+
+class sigint_deferred:
+    """``with sigint_deferred():`` holds off Ctrl-C where a batch must not be cut (a
+    half-sent batch, a half-stepped in-process batch, a repair); one that comes meanwhile is
+    raised as ``KeyboardInterrupt`` when the block ends.
+
+    A Python-level handler that records the signal is installed for the block and the old
+    one restored after it: Python runs signal handlers in the main thread whichever thread
+    the OS delivered the signal to, so this holds in a process with other threads (numpy's,
+    a trainer's), where blocking the signal in the main thread alone does not. Blocks nest
+    (the outermost one holds). Outside the main thread it does nothing: Python raises
+    ``KeyboardInterrupt`` only in the main thread. A process that ignores SIGINT keeps
+    ignoring it. (A class calling ``_signal`` directly, not ``contextlib`` and ``signal``:
+    it runs on every in-process step, and their Python wrappers cost frames and time.)
+    """
+
+    __slots__ = ("_old",)
+
+    def __enter__(self) -> None:
+        self._old = None
+        if _get_ident() != _MAIN_THREAD or _held[0]:
+            return
+        old = _get_handler(_SIGINT)
+        if old is None or old == _SIG_IGN:  # not set from Python, or ignored: left alone
+            return
+        _set_handler(_SIGINT, _record)
+        self._old = old
+        _held[0] = True
+
+    def __exit__(self, *exc: object) -> None:
+        old = self._old
+        if old is None:
+            return
+        _held[0] = False
+        _set_handler(_SIGINT, old)
+        if _held[1]:
+            _held[1] = False
+            _raise_signal(_SIGINT)  # now handled by the restored handler
+
+
+def _record(signum: int, frame: Any) -> None:
+    """The handler while Ctrl-C is held off: remember it."""
+    _held[1] = True
+
+
+def sigint_pending() -> bool:
+    """Whether a Ctrl-C came while held off and is still to be raised."""
+    return _held[1]
+
+
+def post_guarded(t: Transport, ws: Sequence[Worker], command: str, payloads: Any) -> None:
+    """``t.post`` such that a Ctrl-C never leaves a batch half handed out: held off, or,
+    for an idempotent transport, the hand-out done again in full before it propagates."""
+    if t.idempotent:
+        try:
+            t.post(ws, command, payloads)
+        except BaseException:
+            t.post(ws, command, payloads)
+            raise
+        return
+    with sigint_deferred():  # a Ctrl-C now is raised when the block ends
+        t.post(ws, command, payloads)
+
+
+@dataclass
+class Worker:
+    """The parent's record of one worker: its envs, the command in flight, its handle.
+
+    ``command`` is the command handed out and not yet answered (``"boot"`` while it
+    starts; ``None`` when idle); ``handle`` is the transport's (process, actor, ...).
+    """
+
+    index: int
+    first: int
+    count: int
+    n_agents: int
+    generation: int = 0
+    command: str | None = None
+    handle: Any = None
+    deadline: float = 0.0  # when the command in flight counts as hung (WorkerPool.post)
+
+    @property
+    def sims(self) -> range:
+        return range(self.first, self.first + self.count)
+
+    @property
+    def rows(self) -> slice:
+        n = self.n_agents
+        return slice(self.first * n, (self.first + self.count) * n)
+
+
+@dataclass
+class Reply:
+    """A worker's answer to its command in flight, or what happened to it instead.
+
+    ``kind``: ``"ok"`` (done; env exceptions, if any, in ``failures``), ``"booted"``,
+    ``"boot_failed"`` (``detail`` has the error), ``"died"`` or ``"hung"``.
+    """
+
+    worker: int
+    kind: str
+    failures: list[EnvFailure] = field(default_factory=list)
+    value: Any = None
+    detail: str = ""
+
+
+class Transport:
+    """How a backend reaches its workers: the whole contract between a backend and
+    :class:`WorkerPool`.
+
+    The pool marks nothing itself: ``start`` and ``post`` set ``w.command`` (what the
+    worker was handed), ``poll`` reports replies of workers that have a command (the
+    lifecycle clears it when it takes the reply). Results go to :attr:`bufs`.
+
+    Attributes:
+        bufs: the batch buffers (commands read actions from ``bufs.act``).
+        idempotent: ``post`` and ``poll`` may be cut short by Ctrl-C and called again (a
+            worker is never handed one command twice, a reply read is read again until it
+            is taken); otherwise the lifecycle holds Ctrl-C off around them.
+        grace: seconds added to every deadline (a transport whose workers report hung
+            ones themselves).
+        hook: the vector env's fault hook (see :data:`FAULT_POINTS`), or ``None``.
+    """
+
+    bufs: Buffers
+    idempotent: bool = False
+    grace: float = 0.0
+    hook: Callable[[str], None] | None = None
+
+    def start(self, w: Worker, reset_seeds: list | None) -> None:
+        """Start worker ``w`` (``w.command = "boot"``); it answers ``"booted"`` or
+        ``"boot_failed"`` through :meth:`poll`. ``reset_seeds``: its envs start as needing
+        a reset with these seeds (a replacement)."""
+        raise NotImplementedError
+
+    def post(self, ws: Sequence[Worker], command: str, payloads: Any) -> None:
+        """Hand ``command`` to each worker of ``ws`` (``w.command = command``).
+
+        ``payloads``: one per worker by index (a dict), or one for all. A worker that turns
+        out to be gone is reported by the next :meth:`poll`.
+        """
+        raise NotImplementedError
+
+    def poll(self, deadline: float, want: int) -> list[Reply]:
+        """Replies of workers with a command (and their deaths), waiting at most until
+        ``deadline`` for ``want`` of them (a hint: returning as soon as there is one is
+        fine; past the deadline, the replies there are, without waiting). Results are in
+        :attr:`bufs` when a reply is returned."""
+        raise NotImplementedError
+
+    def stop(self, w: Worker) -> None:
+        """Stop worker ``w`` at once and forget its handle (``w.handle = None``)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop every worker (politely, then by force); idempotent."""
+        raise NotImplementedError
+
+    def step(self, ws: Sequence[Worker], same_step: bool, deadline: float) -> list[Reply] | None:
+        """A sync step of every worker (``ws``): post it and, if the transport can, wait.
+
+        Returns ``None`` when every worker answered ``ok`` with nothing to report (the
+        results in :attr:`bufs`, every worker idle), else the replies it has (possibly
+        none); the lifecycle collects the rest. This default only posts.
+        """
+        post_guarded(self, ws, "step", same_step)
+        return []
+
+    def describe(self, w: Worker) -> str:
+        """A worker in words, for messages."""
+        return f"worker {w.index} (envs {w.first}..{w.first + w.count - 1})"
+
+    def pids(self) -> list[int]:
+        """Process ids of the live workers, by worker index (empty if in-process)."""
+        return []
+
+
+def split(sims: int, workers: int) -> list[tuple[int, int]]:
+    """``(first, count)`` per worker: consecutive envs, the first workers one more."""
+    counts = [sims // workers + (w < sims % workers) for w in range(workers)]
+    firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
+    return list(zip(firsts, counts, strict=True))
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (the default ``num_workers``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def resolve_workers(backend: str, num_sims: int, num_workers: int | None, default: int) -> int:
+    """The worker count: ``num_workers`` (checked against the envs) or ``default``, at most
+    one per env."""
+    if num_workers is None:
+        return max(1, min(default, num_sims))
+    if num_workers > num_sims:
+        raise ConfigError(
+            f"make_vec(backend={backend!r}): num_workers={num_workers} is more than "
+            f"num_envs={num_sims}: each worker hosts at least one env; lower num_workers (or "
+            "leave it out: the usable cores, at most one per env)"
+        )
+    return num_workers
+
+
+class RestartFailed(VectorEnvError):
+    """A worker could not be replaced (its replacement failed to boot, or its envs to
+    reset, :data:`BOOT_ATTEMPTS` times in a row): the pool cannot go on."""
+
+
+class WorkerPool:
+    """Workers over a transport: hand out commands, take replies, replace workers.
+
+    Args:
+        transport: how the workers are reached (it sets ``w.command`` and ``w.handle``).
+        workers: the workers (``transport`` was built over the same list).
+        timeout: seconds a worker may take for a command before it counts as hung.
+        boot_timeout: the same for starting a worker (default: ``max(timeout, 30)``).
+
+    Attributes:
+        replies: replies taken and not yet handed over, by worker, in the order they came.
+    """
+
+    def __init__(self, transport: Transport, workers: list[Worker], timeout: float,
+                 boot_timeout: float | None = None):
+        self.transport = transport
+        self.workers = workers
+        self.timeout = float(timeout)
+        self.boot_timeout = max(self.timeout, 30.0) if boot_timeout is None else boot_timeout
+        self.replies: dict[int, Reply] = {}
+        self.hook: Callable[[str], None] | None = None
+
+    @property
+    def bufs(self) -> Buffers:
+        return self.transport.bufs
+
+    def set_hook(self, hook: Callable[[str], None] | None) -> None:
+        """Call ``hook(point)`` at each fault point (:data:`FAULT_POINTS`) passed."""
+        self.hook = hook
+        self.transport.hook = hook
+
+    # ---- starting workers ---------------------------------------------------------------
+    def boot(self, ws: Sequence[Worker] | None = None,
+             seeds: dict[int, list | None] | None = None) -> dict[int, Reply]:
+        """Start workers ``ws`` (all by default; ``seeds[i]``: worker ``i``'s envs start as
+        needing a reset with these seeds) and wait until each has answered."""
+        ws = self.workers if ws is None else ws
+        for w in ws:
+            self.start(w, None if seeds is None else seeds.get(w.index))
+        return self.collect(ws)
+
+    def start(self, w: Worker, reset_seeds: list | None) -> None:
+        """Start worker ``w`` afresh (the old one, if any, stopped at once)."""
+        if w.handle is not None:
+            self.transport.stop(w)
+        w.command = None
+        self.replies.pop(w.index, None)
+        w.generation += 1
+        self.transport.start(w, reset_seeds)
+        if self.hook is not None:
+            self.hook("restart")
+
+    def restart(self, w: Worker, seeds: list, reset_now: bool) -> None:
+        """Replace worker ``w`` by a fresh one whose envs start with ``seeds`` (reset at
+        once with ``reset_now``). A replacement that fails to boot, or dies or hangs before
+        its envs are reset, is replaced in turn; :class:`RestartFailed` after
+        :data:`BOOT_ATTEMPTS` in a row."""
+        for attempt in range(1, BOOT_ATTEMPTS + 1):
+            log.warning("restarting %s", self.describe(w))
+            self.start(w, seeds)
+            r = self.collect([w])[w.index]
+            if r.kind == "booted" and reset_now:
+                r = self.exchange([w], "reset", (seeds, None))[w.index]
+                if r.kind == "ok" and r.failures:
+                    raise RestartFailed(
+                        f"{self.describe(w)} was restarted but its envs failed to reset: "
+                        + r.failures[0].message
+                    )
+            if r.kind in ("booted", "ok"):
+                return
+            if attempt == BOOT_ATTEMPTS:
+                raise RestartFailed(
+                    f"{self.describe(w)} failed to restart {BOOT_ATTEMPTS} times in a row; "
+                    f"last: {r.detail or r.kind}; close() the vector env"
+                )
+
+    # ---- commands and replies -------------------------------------------------------------
+    def deadline(self, ws: Sequence[Worker]) -> float:
+        """When workers ``ws``, given their commands now, count as hung."""
+        limit = self.timeout
+        for w in ws:
+            if w.command == "boot":
+                limit = self.boot_timeout
+                break
+        return time.monotonic() + limit + self.transport.grace
+
+    def post(self, ws: Sequence[Worker], command: str, payloads: Any = None) -> None:
+        """Hand ``command`` to ``ws`` (see :func:`post_guarded`); each worker's deadline
+        runs from now."""
+        post_guarded(self.transport, ws, command, payloads)
+        deadline = self.deadline(ws)
+        for w in ws:
+            w.deadline = deadline
+
+    def exchange(self, ws: Sequence[Worker], command: str,
+                 payloads: Any = None) -> dict[int, Reply]:
+        """Hand ``command`` to ``ws`` and wait for their replies."""
+        post_guarded(self.transport, ws, command, payloads)
+        return self.collect(ws)
+
+    def step(self, same_step: bool) -> dict[int, Reply] | None:
+        """A sync step of every worker (actions in ``bufs.act``): ``None`` when every
+        worker answered ``ok`` with nothing to report, else every worker's reply."""
+        ws = self.workers
+        deadline = time.monotonic() + self.timeout + self.transport.grace
+        got = self.transport.step(ws, same_step, deadline)
+        if got is None:
+            return None
+        for r in got:
+            self.take(r)
+        return self.collect(ws, deadline)
+
+    def collect(self, ws: Sequence[Worker], deadline: float | None = None) -> dict[int, Reply]:
+        """One reply from each worker of ``ws`` (``"hung"`` at ``deadline``, by default
+        :meth:`deadline`)."""
+        replies = self.replies
+        if deadline is None:
+            deadline = self.deadline(ws)
+        missing = [w.index for w in ws if w.index not in replies]
+        while missing:
+            self.poll(deadline, len(missing))  # past the deadline: what is there, at once
+            missing = [i for i in missing if i not in replies]
+            if missing and time.monotonic() >= deadline:
+                for i in missing:
+                    self.take(Reply(i, "hung"))
+                break
+        with sigint_deferred():  # every reply handed over, or none
+            return {w.index: replies.pop(w.index) for w in ws}
+
+    def collect_first(self, k: int) -> list[Reply]:
+        """The first ``k`` replies among busy workers, in the order they came (fewer if
+        fewer are busy). Each worker counts as hung at its own deadline (:meth:`post`), so
+        a hung worker is found even while the others keep answering."""
+        replies = self.replies
+        while True:
+            busy = self.busy()
+            if busy:
+                now = time.monotonic()
+                for w in busy:
+                    if w.deadline <= now:
+                        self.take(Reply(w.index, "hung"))
+            busy = [w for w in busy if w.command]
+            if len(replies) >= k or not busy:
+                break
+            self.poll(min(w.deadline for w in busy), k - len(replies))
+        with sigint_deferred():  # all k handed over, or none
+            return [replies.pop(i) for i in list(replies)[:k]]
+
+    def give_back(self, replies: Sequence[Reply]) -> None:
+        """Put replies handed over back in front (a caller cut short before using them)."""
+        with sigint_deferred():
+            self.replies = {**{r.worker: r for r in replies}, **self.replies}
+
+    def finish(self) -> list[Reply]:
+        """Every reply still due: those of the commands in flight (waited for) and those
+        taken but never handed over."""
+        busy = self.busy()
+        got = list(self.collect(busy).values()) if busy else []
+        with sigint_deferred():
+            got += list(self.replies.values())
+            self.replies.clear()
+        return got
+
+    def busy(self) -> list[Worker]:
+        """Workers with a command in flight."""
+        return [w for w in self.workers if w.command]
+
+    def poll(self, deadline: float, want: int) -> None:
+        """Poll the transport and take what it has. A transport whose poll reads replies
+        for good gets Ctrl-C held off until they are taken (a KeyboardInterrupt between the
+        two lost them), waiting at most ``POLL_SLICE`` so that a Ctrl-C still comes
+        through at once."""
+        hook, t = self.hook, self.transport
+        if hook is not None:
+            hook("wait")
+        if t.idempotent:
+            got = t.poll(deadline, want)
+            if hook is not None:
+                hook("polled")
+            for r in got:
+                self.take(r)
+        else:
+            with sigint_deferred():
+                got = t.poll(min(deadline, time.monotonic() + POLL_SLICE), want)
+                if hook is not None:
+                    hook("polled")
+                for r in got:
+                    self.take(r)
+        if hook is not None:
+            hook("taken")
+
+    def take(self, r: Reply) -> None:
+        """Take reply ``r``: its worker is idle again."""
+        w = self.workers[r.worker]
+        if w.command is None:  # a late answer of a worker already given up on
+            return
+        w.command = None
+        self.replies[r.worker] = r  # in the order they came (dicts keep insertion order)
+
+    # ---- words and ends -----------------------------------------------------------------
+    def lost(self, w: Worker, r: Reply) -> VectorEnvError:
+        """The error of a worker that died or hung (``r``)."""
+        if r.kind == "died":
+            return WorkerDiedError(f"{self.describe(w)} died{r.detail}")
+        return WorkerTimeoutError(
+            f"no answer within timeout={self.timeout:g} s from {self.describe(w)}"
+        )
+
+    def describe(self, w: Worker) -> str:
+        """A worker in words, for messages."""
+        return self.transport.describe(w)
+
+    def pids(self) -> list[int]:
+        """Process ids of the live workers (empty if in-process)."""
+        return self.transport.pids()
+
+    def close(self) -> None:
+        """Stop every worker; idempotent."""
+        self.transport.close()

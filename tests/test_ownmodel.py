@@ -1,0 +1,267 @@
+"""A user's own model in every command: bench it, profile it, catch the model that never ends.
+
+The models are in tests/usermodels/, outside the package, and the commands take them as
+``MODULE:ATTR`` from that folder, as a user's shell would (workers import them by name).
+No test here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deszoo.bench.modes import available_modes
+from deszoo.cli import main
+
+MODELS = Path(__file__).resolve().parent / "usermodels"
+CLI = [sys.executable, "-m", "deszoo.cli"]
+LOCAL = [m for m in available_modes() if m != "ray"]  # serial, roundrobin, supersuit, shm
+
+
+def deszoo(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``deszoo ARGV`` in the models' folder (a hang guard, not a speed bound)."""
+    return subprocess.run([*CLI, *argv], cwd=MODELS, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def in_models(monkeypatch):
+    """The current folder is the models' (``MODULE:ATTR`` imports from it)."""
+    monkeypatch.chdir(MODELS)
+    monkeypatch.syspath_prepend(str(MODELS))
+
+
+# ---- bench ------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", ["carwash_env:CarwashEnv", "plain_env:Counters"])
+def test_bench_quick_takes_a_users_env_on_every_local_backend(target):
+    run = deszoo("bench", "--scenarios", target, "--quick", "--modes", ",".join(LOCAL),
+                 "--num-envs", "2", "--workers", "1", "--steps", "64", "--repeats", "1",
+                 "--no-progress")
+    assert run.returncode == 0, run.stdout + run.stderr
+    table = run.stdout
+    for mode in LOCAL:
+        assert f" {mode} " in table, (mode, table)
+    assert "failed" not in table
+    assert run.stdout.strip().splitlines()[-1].startswith("conclusion: ")
+
+
+def test_bench_quick_with_scenarios_is_small_work(in_models):
+    from deszoo.bench.cli import QUICK_SCENARIO_REPEATS, QUICK_SCENARIO_STEPS
+    from deszoo.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--scenarios", "carwash_env:CarwashEnv/small",
+                                      "--quick"])
+    plan = args._check(args)
+    (work,) = plan.matrix.works()
+    assert (work.scenario, work.preset) == ("carwash_env:CarwashEnv", "small")
+    assert work.env_steps == QUICK_SCENARIO_STEPS
+    assert plan.matrix.repeats == QUICK_SCENARIO_REPEATS
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["bench", "--scenarios", "nosuch_module:Env"], "--scenarios: cannot import 'nosuch_module'"),
+    (["bench", "--scenarios", "carwash_env:Nope"], "has no attribute 'Nope'"),
+    (["bench", "--scenarios", "carwash_env:CarwashEnv/huge"], "unknown preset 'huge'"),
+    (["bench", "--scenarios", "plain_env:Counters/small"], "declares no presets"),
+    (["profile", "nosuch_v0"], "unknown scenario 'nosuch_v0'"),
+    (["profile", "carwash_env:CarwashEnv", "--preset", "huge"], "unknown preset 'huge'"),
+    (["profile", "jobshop_v0", "--modes", "warp"], "--modes: unknown or unavailable"),
+    (["profile", "jobshop_v0", "--no-vector", "--modes", "shm"], "not with --no-vector"),
+])
+def test_bad_arguments_name_the_problem(argv, message, in_models, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+# ---- the conclusion line ------------------------------------------------------------------
+def _result(free: float, speedups: dict, spread: float = 0.05) -> dict:
+    """A result of one work: serial and the given modes' speed-ups, ``free`` cores free."""
+    rows = []
+    for mode, speedup in {"serial": 1.0, **speedups}.items():
+        workers = 0 if mode in ("serial", "roundrobin") else 2
+        rows.append({"scenario": "mine:Env", "preset": "default", "mode": mode,
+                     "num_envs": 8, "num_workers": workers, "status": "ok",
+                     "speedup_vs_serial": None if mode == "serial" else speedup,
+                     "env_steps_per_s": 20_000 * speedup, "spread": spread})
+    return {"rows": rows, "machine": {"usable_cores": 2, "free_cores_start": free,
+                                      "free_cores_end": free + 0.2}}
+
+
+def test_conclusion_names_the_best_mode_and_its_speedup():
+    from deszoo.bench.report import conclusion
+
+    line = conclusion(_result(1.9, {"roundrobin": 0.9, "shm": 1.7}))
+    assert line == ("conclusion: parallel sampling pays here: shm with 2 workers is fastest "
+                    "on mine:Env/default, 1.70x serial")
+
+
+def test_conclusion_on_a_busy_machine_says_why_and_what_to_run():
+    from deszoo.bench.report import conclusion
+
+    line = conclusion(_result(0.4, {"roundrobin": 0.8, "shm": 0.7}, spread=0.6))
+    assert line.startswith("conclusion: no vector mode beat serial on mine:Env/default "
+                           "(best: roundrobin, 0.80x)")
+    assert "only 0.4 of 2 cores were free during the run" in line
+    assert "the repeats spread up to 60%" in line
+    assert "an idle machine" in line and "fewer workers (--workers 1)" in line
+    assert "more envs per worker (--num-envs 32)" in line  # a 50 us step is cheap
+
+
+def test_busy_bench_prints_the_conclusion_last(monkeypatch, capsys):
+    """The load reading faked: 0.3 free cores before and after the run."""
+    import deszoo.bench.machine
+    import deszoo.bench.runner
+
+    monkeypatch.setattr(deszoo.bench.machine, "free_cores", lambda seconds=0.25: 0.3)
+    monkeypatch.setattr(deszoo.bench.runner, "free_cores", lambda seconds=0.25: 0.3)
+    assert main(["bench", "--scenarios", "jobshop_v0/small", "--modes", "serial,roundrobin",
+                 "--steps", "48", "--repeats", "1", "--no-progress"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("conclusion: "), last
+    assert "only 0.3 of" in last or "with 0.3 free cores" in last, last
+
+
+# ---- profile ------------------------------------------------------------------------------
+def test_profile_of_a_users_env_on_every_local_backend():
+    vector = [m for m in LOCAL if m != "serial"]
+    run = deszoo("profile", "carwash_env:CarwashEnv", "--steps", "300", "--num-envs", "2",
+                 "--workers", "1", "--modes", ",".join(vector), "--repeats", "1")
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    for words in ("model (its own code)", "bridge (deszoo.core)", "events, ",
+                  "sum of the parts = the measured step", "_observe_all", "carwash_env.py:",
+                  "dict API (PettingZoo's step)", "what would pay most:"):
+        assert words in out, (words, out)
+    for mode in vector:
+        line = next(x for x in out.splitlines() if x.startswith(mode + " "))
+        assert "failed" not in line, line
+
+
+def test_profile_parts_add_up_and_name_the_models_functions(in_models):
+    from deszoo.profile import PARTS, format_report, profile
+
+    r = profile("carwash_env:CarwashEnv", preset="small", steps=300, modes=(), repeats=1,
+                sample_seconds=0.2)
+    assert [p.name for p in r.parts] == list(PARTS)
+    assert sum(p.us for p in r.parts) == pytest.approx(r.step_us)
+    assert all(p.us >= 0 and p.library_us <= p.us + 1e-9 for p in r.parts)
+    assert r.events_per_step > 1 and r.profiled_us > 0 and r.samples > 0
+    names = {f.name for f in r.functions}
+    assert {"_observe_all", "bay", "arrivals", "_flush"} <= names
+    assert all(f.where.startswith("carwash_env.py:") for f in r.functions)
+    assert 1 <= len(r.advice) <= 3
+    assert "what would pay most:" in format_report(r)
+
+
+def test_profile_of_a_plain_parallel_env(in_models):
+    from deszoo.profile import profile
+
+    r = profile("plain_env:Counters", steps=200, modes=(), repeats=1, sample_seconds=0)
+    assert r.events_per_step is None and r.dict_us is None and r.samples == 0
+    assert r.part("model").us > 0 and r.part("SimPy").us == 0
+    assert any(f.where.startswith("plain_env.py:") for f in r.functions)
+
+
+@pytest.mark.parametrize("name", ["loadbalance_v0", "traffic_v1"])
+def test_profile_of_a_scenario_counts_its_events(name):
+    from deszoo.profile import profile
+
+    r = profile(name, preset="small", steps=200, modes=(), repeats=1, sample_seconds=0)
+    assert r.events_per_step > 1
+    assert r.part("SimPy").us > 0 and r.part("model").us > 0 and r.part("bridge").us > 0
+    assert all("envs" in f.where or f.where.split(":")[0] in ("env.py", "model.py")
+               for f in r.functions[:3])
+
+
+# ---- the model that never ends -------------------------------------------------------------
+def test_check_fails_a_model_that_never_ends_naming_the_fix():
+    run = deszoo("check", "forever_env:ForeverEnv", "--steps", "30")
+    assert run.returncode == 1, run.stdout + run.stderr
+    line = next(x for x in run.stdout.splitlines() if "episode ends" in x)
+    assert line.startswith("FAIL  episode ends")
+    assert "had not ended after 100000 steps" in line and "max_time" in line
+    assert "8 of 9 checks passed; failed: episode ends" in run.stdout
+    ok = deszoo("check", "carwash_env:CarwashEnv", "--steps", "30")
+    assert ok.returncode == 0 and "9 of 9 checks passed" in ok.stdout, ok.stdout
+
+
+def test_check_stops_at_a_step_that_never_returns(in_models):
+    """A model whose agents never reach a decision: reset itself never returns."""
+    import deszoo.core
+    from deszoo.checks import check
+
+    class Busy(deszoo.core.SimPyParallelEnv):
+        metadata = {"name": "busy_v0", "render_modes": []}
+
+        def _setup(self):
+            return deszoo.core.discrete(["a"], [0.0], [1.0], 2)
+
+        def _build(self):
+            def tick():
+                while True:
+                    yield self.sim.timeout(1.0)
+
+            self.sim.process(tick())
+
+        def _observe_all(self, obs):
+            obs[:] = 0.0
+
+    verdicts = check(Busy, steps=10, episode_seconds=0.5)
+    assert [(v.name, v.ok) for v in verdicts] == [("builds", False)] or \
+        [(v.name, v.ok) for v in verdicts][-1] == ("episode ends", False)
+    last = verdicts[-1]
+    assert "did not return within" in last.detail and "max_time" in last.detail, last.detail
+
+
+def test_check_bound_is_an_option(in_models, capsys):
+    assert main(["check", "forever_env:ForeverEnv", "--steps", "20", "--episode-steps",
+                 "500"]) == 1
+    out = capsys.readouterr().out
+    assert "had not ended after 500 steps" in out and "--episode-steps" in out
+
+
+def test_run_stops_a_model_that_never_ends_with_a_message(in_models, capsys):
+    assert main(["run", "forever_env:ForeverEnv", "--max-steps", "300"]) == 1
+    out, err = capsys.readouterr()
+    assert "episode ended by  step cap" in out and "env steps         300" in out
+    assert err.startswith("\ndeszoo run: stopped after 300 steps (--max-steps)")
+    assert "max_time" in err
+
+
+def test_run_default_cap_is_stated_in_help(capsys):
+    assert main(["run", "--help"]) == 0
+    assert "--max-steps N" in capsys.readouterr().out
+
+
+def test_run_says_when_a_step_does_not_return(capsys):
+    """deszoo run's stall notice (here after 0.1 s instead of 20): never a silent hang."""
+    import time
+
+    from deszoo.cli import _stall_notice
+
+    with _stall_notice(0.1) as on_step:
+        on_step(None, {}, {})  # the reset returned
+        time.sleep(0.35)  # step 1 does not return
+    err = capsys.readouterr().err
+    assert err.startswith("deszoo run: step 1 has not returned for 0.1 s"), err
+    assert "deszoo check names the fix" in err
+
+
+def test_the_bounds_are_one_figure():
+    """cli.py keeps its own copy of the bounds (so that --help imports nothing heavy)."""
+    from deszoo import checks, cli
+
+    assert (cli.EPISODE_STEPS, cli.EPISODE_SECONDS) == (checks.EPISODE_STEPS,
+                                                        checks.EPISODE_SECONDS)
+
+
+def test_advice_gives_a_range_where_the_sampler_disagrees():
+    from deszoo.profile import Part, _share
+
+    assert _share(Part("SimPy", 30.0, 90.0, 3.0, 40.0, sampled=0.33), 100.0) == (0.3, "30%")
+    mid, said = _share(Part("SimPy", 43.0, 90.0, 3.0, 40.0, sampled=0.17), 100.0)
+    assert mid == pytest.approx(0.30) and said == "17%-43% (profile and sampler)"

@@ -1,0 +1,239 @@
+"""Faults as users cause them (issue 37): Ctrl-C sent to the process while other threads run,
+Ctrl-C during async ``recv``/``send``, and workers that hang in async mode."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from deszoo.errors import WorkerTimeoutError
+from deszoo.vector import make_vec
+from deszoo.vector.base import State
+
+BACKENDS = {
+    "roundrobin": dict(backend="roundrobin"),
+    "shm": dict(backend="shm", num_workers=2),
+    "supersuit": dict(backend="supersuit", num_workers=2),
+}
+
+
+def last_legal(mask: np.ndarray) -> np.ndarray:
+    """The highest legal action per row: a policy of the row alone."""
+    return (mask.shape[1] - 1 - mask[:, ::-1].argmax(axis=1)).astype(np.int64)
+
+
+class Spammer:
+    """A thread that sends SIGINT to the whole process every ``every`` seconds, as a
+    terminal's Ctrl-C does: the OS hands it to any thread that does not block it.
+
+    The test's own code must not be cut, so Python's handler is replaced by one that raises
+    ``KeyboardInterrupt`` only inside :meth:`call` (the vector env's call, the one under
+    test), exactly as ``signal.default_int_handler`` does there."""
+
+    def __init__(self, every: float = 0.002):
+        self.every = every
+        self.armed = False
+        self.stop = threading.Event()
+        self.quiet = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every):
+            if not self.quiet.is_set():
+                os.kill(os.getpid(), signal.SIGINT)
+
+    def _handler(self, signum, frame) -> None:
+        if self.armed:
+            raise KeyboardInterrupt
+
+    def call(self, fn, *args):
+        """``fn(*args)`` with Ctrl-C raised as usual."""
+        self.armed = True
+        try:
+            return fn(*args)
+        finally:
+            self.armed = False
+
+    def retry(self, fn, *args, tries: int = 20):
+        """``fn(*args)`` until it returns without a KeyboardInterrupt; after ``tries``
+        interrupted tries (a call slower than the spam, on a loaded machine), once more
+        with the spam paused."""
+        for _ in range(tries):
+            try:
+                return self.call(fn, *args)
+            except KeyboardInterrupt:
+                pass
+        self.quiet.set()
+        try:
+            for _ in range(5):  # a SIGINT sent just before the pause may still land
+                try:
+                    return self.call(fn, *args)
+                except KeyboardInterrupt:
+                    time.sleep(0.01)
+            raise AssertionError(f"{fn.__name__} interrupted with the spam paused")
+        finally:
+            self.quiet.clear()
+
+    def __enter__(self) -> Spammer:
+        self.old = signal.signal(signal.SIGINT, self._handler)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        signal.signal(signal.SIGINT, self.old)
+
+
+@pytest.mark.filterwarnings("ignore::deszoo.errors.MasksIgnoredWarning")
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_ctrl_c_from_another_thread_changes_no_trajectory(name):
+    """A thread sends SIGINT to the process every 2 ms while the main thread steps. Each
+    step is all or nothing: either every env stepped (its results may be lost) or none did,
+    and every result that comes back equals an undisturbed run of the actions that were
+    applied. (Before: 236 of 251 KeyboardInterrupts were raised inside an env's step, and
+    roundrobin's trajectories diverged in 4 of 4 runs.) The actions are random, not read
+    from masks that a lost result would leave stale; a masked one counts as invalid."""
+    kw = dict(preset="small", **BACKENDS[name])
+    vec = make_vec("jobshop_v0", 4, seed=5, timeout=20.0, **kw)
+    rng = np.random.default_rng(0)
+    n = vec.single_action_space.n
+    got: list[tuple[int, np.ndarray, np.ndarray]] = []  # (steps applied, obs, rew) returned
+    applied: list[np.ndarray] = []
+    interrupts = 0
+    try:
+        vec.reset()
+        with Spammer() as spam:
+            for _ in range(150):
+                acts = rng.integers(0, n, vec.num_envs)
+                before = vec.num_events()
+                try:
+                    obs, rew, _, _, _ = spam.call(vec.step, acts)
+                except KeyboardInterrupt:
+                    interrupts += 1
+                    spam.retry(vec.get_attr, "possible_agents")  # ends the cut-short step
+                    moved = vec.num_events() != before
+                    assert moved.all() or not moved.any(), f"a batch stepped in part: {moved}"
+                    if moved.any():
+                        applied.append(acts)
+                    continue
+                applied.append(acts)
+                got.append((len(applied), obs.copy(), rew.copy()))
+    finally:
+        vec.close()
+    assert interrupts > 0, "no Ctrl-C landed: the test proved nothing"
+    assert len(got) > 20
+    ref = make_vec("jobshop_v0", 4, seed=5, backend="roundrobin", preset="small")
+    try:
+        ref.reset()
+        want = {k: ref.step(acts)[:2] for k, acts in enumerate(applied, start=1)}
+    finally:
+        ref.close()
+    for k, o, r in got:
+        np.testing.assert_array_equal(o, want[k][0], err_msg=f"step {k}: observations")
+        np.testing.assert_array_equal(r, want[k][1], err_msg=f"step {k}: rewards")
+
+
+@pytest.mark.filterwarnings("ignore::deszoo.errors.MasksIgnoredWarning")
+@pytest.mark.parametrize("name", ["shm", "supersuit"])
+def test_ctrl_c_in_async_recv_and_send_loses_no_batch(name):
+    """Async mode under a SIGINT every 2 ms: a ``recv()`` cut short leaves its batch to the
+    next ``recv()`` (before: the state said RECEIVED with the rows never handed over, and
+    the next recv raised "recv() twice"); a ``send()`` cut short either sent its actions
+    (state SENT) or did not (state RECEIVED: send again). Each env's rows come back in the
+    order of an undisturbed sync run with the same per-env actions."""
+    vec = make_vec("jobshop_v0", 4, seed=2, batch_size=2, timeout=20.0, preset="small",
+                   **BACKENDS[name])
+    n_agents = vec.agents_per_sim
+    seen: dict[int, list[np.ndarray]] = {e: [] for e in range(vec.num_sims)}
+    interrupts = 0
+    try:
+        vec.async_reset()
+        with Spammer() as spam:
+            for _ in range(120):
+                try:
+                    obs, _, _, _, infos = spam.call(vec.recv)
+                except KeyboardInterrupt:
+                    interrupts += 1
+                    assert vec.state is State.SENT, vec.state
+                    obs, _, _, _, infos = spam.retry(vec.recv)
+                rows = infos["env_id"]
+                for e in np.unique(rows // n_agents):
+                    seen[int(e)].append(obs[rows // n_agents == e].copy())
+                acts = last_legal(infos["action_mask"])
+                while True:
+                    try:
+                        spam.call(vec.send, acts)
+                        break
+                    except KeyboardInterrupt:
+                        interrupts += 1
+                        if vec.state is State.SENT:
+                            break
+                        assert vec.state is State.RECEIVED, vec.state
+    finally:
+        vec.close()
+    assert interrupts > 0, "no Ctrl-C landed: the test proved nothing"
+    ref = make_vec("jobshop_v0", 4, seed=2, backend="roundrobin", preset="small")
+    try:
+        obs, infos = ref.reset()
+        want = [obs.reshape(4, n_agents, -1).copy()]
+        for _ in range(max(len(v) for v in seen.values())):
+            obs, _, _, _, infos = ref.step(last_legal(infos["action_mask"]))
+            want.append(obs.reshape(4, n_agents, -1).copy())
+    finally:
+        ref.close()
+    for e, got in seen.items():
+        assert len(got) > 10
+        for t, o in enumerate(got):
+            np.testing.assert_array_equal(o, want[t][e], err_msg=f"env {e}, batch {t}")
+
+
+@pytest.mark.parametrize("on_error", ["restart", "raise"])
+@pytest.mark.parametrize("name", ["shm", "supersuit"])
+def test_a_stopped_worker_is_found_in_async_mode(name, on_error):
+    """Issue 37: with batch_size < num_envs, a stopped worker went unnoticed as long as
+    another worker kept answering (771 batches from worker 1 in 8 s, worker 0's envs gone
+    silently). Each worker now has its own deadline from when it got its command: it is
+    replaced (or the error raised) within its timeout, as in sync mode."""
+    vec = make_vec("jobshop_v0", 4, seed=0, batch_size=2, timeout=1.0, preset="small",
+                   on_error=on_error, **BACKENDS[name])
+    try:
+        vec.async_reset()
+        stopped = vec.worker_pids()[0]
+        os.kill(stopped, signal.SIGSTOP)
+        start = time.monotonic()
+        found = None
+        batches = 0
+        while found is None and time.monotonic() - start < 10.0:
+            try:
+                obs, _, _, _, infos = vec.recv()
+            except WorkerTimeoutError as exc:
+                found = time.monotonic() - start
+                obs, _, _, _, infos = exc.results
+            else:
+                if infos["restarted"].any():
+                    found = time.monotonic() - start
+            batches += 1
+            vec.send(last_legal(infos["action_mask"]))
+        assert found is not None, f"{batches} batches in 10 s and no restart"
+        assert found < 1.0 + 3.0, found  # the timeout, and the restart's own time
+        assert stopped not in vec.worker_pids()
+        # the replacement's envs are in the batches again
+        rows_of_0: set[int] = set()
+        start = time.monotonic()
+        while not rows_of_0 and time.monotonic() - start < 10.0:
+            _, _, _, _, infos = vec.recv()
+            rows_of_0 |= set(infos["env_id"][infos["env_id"] < 2 * vec.agents_per_sim])
+            vec.send(last_legal(infos["action_mask"]))
+        assert rows_of_0
+    finally:
+        try:
+            os.kill(stopped, signal.SIGKILL)
+        except (OSError, UnboundLocalError):
+            pass
+        vec.close()
