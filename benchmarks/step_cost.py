@@ -63,7 +63,7 @@ def record(name: str, preset: str, steps: int, seed: int):
         else:  # MultiDiscrete / Box: a legal fallback draw per row
             for i in range(len(acts)):
                 acts[i] = env.rows.fallback(i, mask[i], rng)
-        given = {a: _own(env, env._index[a], acts) for a in env.agents}
+        given = {a: _own(env, env.possible_agents.index(a), acts) for a in env.agents}
         plan.append((acts.copy(), given))
         env.step_arrays(acts)
     env.close()

@@ -16,6 +16,7 @@ __all__ = [
     "InvalidActionError",
     "MaskedActionError",
     "ResetNeededError",
+    "ModelError",
     "VectorEnvError",
     "SubEnvError",
     "WorkerDiedError",
@@ -53,6 +54,12 @@ class MaskedActionError(InvalidActionError):
 
 class ResetNeededError(DeszooError, RuntimeError):
     """``step`` was called before ``reset`` or after the episode ended."""
+
+
+class ModelError(DeszooError, ValueError):
+    """The model handed the bridge something that does not fit: a mask, an observation, a
+    reward or decision values of the wrong shape or kind (the message names the agent, the
+    buffer, and the expected and received shapes)."""
 
 
 # ---- vector backends (deszoo.vector) ---------------------------------------------------

@@ -336,6 +336,83 @@ def test_a_callable_mask_with_no_legal_action_is_a_model_bug():
         Empty().reset(seed=0)
 
 
+class _Handed(Toy):
+    """Toy whose model hands the bridge a broken mask, reward, observation or values."""
+
+    params = {**Toy.params, "broken": Param("mask", lambda v: None, "what the model breaks")}
+
+    def _agent(self, i, times):
+        yield self.sim.timeout(times[0])
+        broken = self.p.broken
+        if broken == "reward":
+            self.add_reward(i, [1.0, 2.0])
+        mask = [1, 1] if broken == "mask" else "abc" if broken == "mask_kind" else [0, 1, 1]
+        values = ["x", "y"] if broken == "values" else None
+        yield self.decide(i, mask, values=values)
+
+    def _observe(self, i, out):
+        out[:] = np.zeros(3) if self.p.broken == "obs" else self.now
+
+
+@pytest.mark.parametrize(("broken", "words"), [
+    ("mask", ["agent 'a0'", "mask_buf", "expected 3 entries", "shape (3,)", "shape (2,)"]),
+    ("mask_kind", ["agent 'a0'", "mask_buf", "expected 3 entries", "'abc'"]),
+    ("reward", ["agent 'a0'", "rew_buf", "shape ()", "shape (2,)"]),
+    ("obs", ["agent 'a0'", "obs_buf", "shape (1,)", "(3,)"]),
+])
+def test_what_the_model_hands_over_wrongly_names_the_agent_buffer_and_shapes(broken, words):
+    from deszoo.errors import ModelError
+
+    with pytest.raises(ModelError) as info:
+        _Handed(broken=broken).reset(seed=0)
+    message = str(info.value)
+    assert message.startswith("toy_v0: ") and all(w in message for w in words), message
+    assert isinstance(info.value, ValueError)
+
+
+def test_decision_values_without_an_entry_for_the_action_name_the_agent():
+    from deszoo.errors import ModelError
+
+    env = _Handed(broken="values")
+    env.reset(seed=0)
+    with pytest.raises(ModelError, match=r"agent 'a0' chose action 2, but the values .* "
+                                         r"\(received shape \(2,\)"):
+        env.step({"a0": 2, "a1": 1})
+
+
+def test_a_row_that_names_no_agent_is_named_as_such():
+    from deszoo.errors import ModelError
+
+    class Beyond(Toy):
+        def _agent(self, i, times):
+            yield self.sim.timeout(times[0])
+            self.add_reward(i + 5, 1.0)
+
+    with pytest.raises(ModelError, match=r"add_reward\(5, 1.0\) .*no agent at row 5; rows "
+                                         r"are 0..1"):
+        Beyond().reset(seed=0)
+
+
+def test_a_padded_mask_row_names_both_widths():
+    from gymnasium import spaces
+
+    from deszoo.core import Group
+    from deszoo.errors import ModelError
+
+    class Two(Toy):
+        def _setup(self):
+            box = spaces.Box(0.0, 100.0, (1,), dtype=np.float32)
+            return [Group(["a0"], box, spaces.Discrete(2)), Group(["a1"], box, spaces.Discrete(3))]
+
+        def _agent(self, i, times):
+            yield self.sim.timeout(times[0])
+            yield self.decide(i, [1, 1])  # a0's own two actions: its row is 3 wide
+
+    with pytest.raises(ModelError, match=r"agent 'a0' .* expected 3 entries .* Discrete\(2\), "
+                                         r"padded from its 2 actions"):
+        Two().reset(seed=0)
+
+
 class _CountingRows(np.ndarray):
     """An int8 mask buffer that records which rows each write touches."""
 
@@ -382,10 +459,10 @@ def _mask_unaware_episode(env, steps=300, seed=0):
 def test_a_policy_that_ignores_masks_gets_one_warning(monkeypatch, recwarn):
     import warnings
 
-    from deszoo.core import stepper
+    from deszoo.core import invalid
     from deszoo.errors import MasksIgnoredWarning
 
-    monkeypatch.setattr(stepper, "_WARNED", set())
+    monkeypatch.setattr(invalid, "WARNED", set())
     warnings.simplefilter("always")
     _mask_unaware_episode(Toy(periodic=1.0, max_time=1000.0))
     _mask_unaware_episode(Toy(periodic=1.0, max_time=1000.0))  # the same scenario: quiet
@@ -405,10 +482,10 @@ def test_a_policy_that_ignores_masks_gets_one_warning(monkeypatch, recwarn):
 def test_no_mask_warning_for_legal_play_or_when_silenced(monkeypatch, recwarn):
     import warnings
 
-    from deszoo.core import stepper
+    from deszoo.core import invalid
     from deszoo.errors import MasksIgnoredWarning
 
-    monkeypatch.setattr(stepper, "_WARNED", set())
+    monkeypatch.setattr(invalid, "WARNED", set())
     warnings.simplefilter("always")
     env = Toy(periodic=1.0, max_time=300.0)
     env.reset(seed=0)

@@ -315,12 +315,12 @@ def test_fallback_is_a_legal_action_charged_the_penalty(name):
         env = small(name, invalid_penalty=5.0)
         _, infos = env.reset(seed=0)
         agent, _ = deciding(env, infos)
-        first_legal = {a: int(np.flatnonzero(env.mask_buf[env._index[a]])[0])
+        first_legal = {a: int(np.flatnonzero(env.mask_buf[env.possible_agents.index(a)])[0])
                        for a in env.agents}
         return env, agent, first_legal
 
     env, agent, legal = at_decision()
-    mask = env.mask_buf[env._index[agent]].copy()
+    mask = env.mask_buf[env.possible_agents.index(agent)].copy()
     forbidden = np.flatnonzero(mask == 0)
     if not len(forbidden):
         pytest.skip("this decision has no forbidden action")

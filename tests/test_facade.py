@@ -17,7 +17,7 @@ CASES = [(name, {}) for name in deszoo.list_envs()] + [
 def _legal(env, rng, infos):
     actions = {}
     for a in env.agents:
-        i = env._index[a]
+        i = env.possible_agents.index(a)
         action = env.rows.fallback(i, env.mask_buf[i], rng)
         actions[a] = int(action) if np.ndim(action) == 0 else env.rows.unpad(i, action)
     return actions
@@ -26,7 +26,7 @@ def _legal(env, rng, infos):
 def _check(env, names, obs, infos, rew=None, term=None, trunc=None):
     assert list(obs) == names and list(infos) == names
     for a in names:
-        i = env._index[a]
+        i = env.possible_agents.index(a)
         d = env.rows.obs_dims[i]
         o = obs[a]["observation"] if env.mask_in_obs else obs[a]
         np.testing.assert_array_equal(o, env.obs_buf[i, :d])

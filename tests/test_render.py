@@ -10,7 +10,7 @@ import pytest
 from pettingzoo.test import render_test
 
 import deszoo
-from deszoo.core.canvas import FRAME_SIZE
+from deszoo.core.canvas import FRAME_SIZE, kept_canvas
 from deszoo.errors import ConfigError
 from deszoo.plots import plot_episode
 
@@ -57,7 +57,7 @@ def test_frames_have_one_shape_and_follow_the_state(name):
     # the picture below the title line moved on with the simulation
     assert not np.array_equal(frames[0][HEADER:], frames[-1][HEADER:])
     # the same state draws the same frame: nothing is left over from the last frame
-    figure = env._canvas.figure
+    figure = kept_canvas(env).figure
     artists = len(figure.findobj())
     again = env.render()
     assert np.array_equal(again, frames[-1])
@@ -66,7 +66,7 @@ def test_frames_have_one_shape_and_follow_the_state(name):
     env.reset(seed=1)
     assert env.render().shape == SHAPE
     env.close()
-    assert not hasattr(env, "_canvas")
+    assert kept_canvas(env) is None
 
 
 @pytest.mark.parametrize("name", ["jobshop_v0", "traffic_v0"])
@@ -85,7 +85,7 @@ def test_render_modes_other_than_rgb_array_are_unchanged():
     env = deszoo.make("jobshop_v0", preset="small", render_mode="ansi")
     env.reset(seed=0)
     assert isinstance(env.render(), str)
-    assert not hasattr(env, "_canvas")
+    assert kept_canvas(env) is None
     assert deszoo.make("jobshop_v0", preset="small").render() is None
 
 

@@ -12,13 +12,14 @@ video recorders need. ``SimPyParallelEnv.close()`` closes it.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any
 
 import numpy as np
 
 __all__ = [
-    "FRAME_SIZE", "COLORS", "Canvas", "canvas_for", "frame", "header", "job_color",
-    "require_matplotlib",
+    "FRAME_SIZE", "COLORS", "Canvas", "canvas_for", "drop_canvas", "frame", "header",
+    "job_color", "kept_canvas", "require_matplotlib",
 ]  # fmt: skip
 
 FRAME_SIZE = (960, 540)  # pixels (even, 16:9: what video encoders like)
@@ -162,13 +163,28 @@ def _wipe(ax: Any, keep: set[int]) -> None:
                 artist.remove()
 
 
+# Each env's canvas, kept here (not on the env) while the env lives; ``close()`` drops it.
+_CANVASES: weakref.WeakKeyDictionary[Any, Canvas] = weakref.WeakKeyDictionary()
+
+
 def canvas_for(env: Any) -> Canvas:
-    """``env``'s canvas, made on first use (kept as ``env._canvas``; ``close()`` drops it)."""
-    canvas = getattr(env, "_canvas", None)
+    """``env``'s canvas, made on first use (``env.close()`` drops it)."""
+    canvas = _CANVASES.get(env)
     if canvas is None:
-        canvas = Canvas()
-        env._canvas = canvas
+        canvas = _CANVASES[env] = Canvas()
     return canvas
+
+
+def kept_canvas(env: Any) -> Canvas | None:
+    """``env``'s canvas if it drew a picture since it was built or closed, else None."""
+    return _CANVASES.get(env)
+
+
+def drop_canvas(env: Any) -> None:
+    """Close ``env``'s canvas, if it has one (its next picture makes a new one)."""
+    canvas = _CANVASES.pop(env, None)
+    if canvas is not None:
+        canvas.close()
 
 
 def frame(env: Any, paint: Any) -> np.ndarray:

@@ -45,10 +45,11 @@ Pickling               An env pickles as its constructor arguments; the unpickle
 Bad input              Typed errors from :mod:`deszoo.errors`.
 =====================  =====================================================================
 
-The class is split by job: construction (parameters, presets, rows, spaces) and the hooks a
-scenario implements are here; the hot path (decisions, the drive loop, ``step_arrays``) is
-:mod:`deszoo.core.stepper`; PettingZoo's dict API over the arrays is
-:mod:`deszoo.core.facade`; ``render()`` is :mod:`deszoo.core.rendering`.
+The class is split by job: construction (parameters, presets, rows, spaces), the global
+state and ``render()`` are here; the array step it builds on (decisions, the drive loop,
+``step_arrays``, the hooks it calls) is :class:`~deszoo.core.stepper.Stepper`; PettingZoo's
+dict API is a :class:`~deszoo.core.facade.DictAPI` that wraps the array step and owns its
+caches; the invalid-action contract is :mod:`deszoo.core.invalid`.
 
 Invalid actions (``invalid_action``, see ``docs/bridge.md``):
 
@@ -70,20 +71,20 @@ never clipped).
 
 from __future__ import annotations
 
+import sys
 from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from deszoo.core.arrays import allocate
-from deszoo.core.facade import DictFacade
+from deszoo.core.canvas import drop_canvas
+from deszoo.core.facade import DictAPI
 from deszoo.core.groups import AgentRows, Group
 from deszoo.core.memory import check_fits, env_bytes
 from deszoo.core.params import COMMON, Config, Param, check_all, configure, plain
-from deszoo.core.rendering import Rendering
 from deszoo.core.stepper import NOOP, Stepper
-from deszoo.errors import ConfigError, ResetNeededError
+from deszoo.errors import ConfigError, DeszooError, ModelError, ResetNeededError
 
 __all__ = ["SimPyParallelEnv", "NOOP", "COMMON_PARAMS"]
 
@@ -94,7 +95,7 @@ def _rebuild(cls: type, kwargs: dict[str, Any]) -> SimPyParallelEnv:
     return cls(**kwargs)
 
 
-class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
+class SimPyParallelEnv(Stepper, ParallelEnv):
     """Base class: a SimPy model as a PettingZoo ``ParallelEnv``.
 
     A scenario sets ``metadata["name"]``, ``params`` (each parameter once:
@@ -135,10 +136,7 @@ class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
             **kwargs,
         }
         self.p = Config(self.config)  # what the model reads: self.p.n_machines
-        self._strict = self.config["invalid_action"] == "raise"
-        self._black_death = bool(self.config["black_death"])
-        self._invalid_penalty = self.config["invalid_penalty"]
-        self._set_limits()
+        strict = self.config["invalid_action"] == "raise"
 
         groups = self._setup()
         rows = AgentRows([groups] if isinstance(groups, Group) else list(groups), name)
@@ -147,73 +145,53 @@ class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
                    f"{n} agents, observations of {rows.obs_dim} floats")
         if self.mask_in_obs and rows.type is spaces.Box:
             raise ConfigError(f"{name}: mask_in_obs needs Discrete or MultiDiscrete actions")
-        self.rows = rows
+        super().__init__(  # the array step (deszoo.core.stepper): arrays, episode state
+            name, rows, strict=strict, black_death=bool(self.config["black_death"]),
+            invalid_penalty=self.config["invalid_penalty"], max_time=self.config["max_time"],
+            max_steps=self.config["max_steps"],
+        )
         self.groups = rows.groups
-        self.possible_agents: list[str] = list(rows.names)
-        self.agents: list[str] = []
-        self._index = {a: i for i, a in enumerate(self.possible_agents)}
-        self._group_of = {a: rows.groups[k] for a, k in zip(rows.names, rows.kind, strict=True)}
-        self._discrete = rows.type is spaces.Discrete
-        if self._discrete:
+        if rows.type is spaces.Discrete:
             self.n_actions = int(rows.mask_dim)
-        self._setup_spaces(rows)
+        self._dict = DictAPI(self, mask_in_obs=self.mask_in_obs, strict=strict)
         self.state_space = self._state_setup() or self._observations_box(rows)
         if not (isinstance(self.state_space, spaces.Box) and len(self.state_space.shape) == 1
                 and self.state_space.dtype == np.float32):
             raise ConfigError(f"{name}: _state_setup() must return a flat float32 Box, got "
                               f"{self.state_space}")
-        allocate(self, rows)  # the per-agent arrays (deszoo.core.arrays)
-        self._gone = np.zeros(n, dtype=bool)  # left, but listed until the end (black_death)
-        self._noop_mask = rows.noop_mask()
-        self._full_masks = [rows.full_mask(i) for i in range(n)]
-        self._full_mask_rows = np.array(self._full_masks)  # (one write for an every() round)
-        self.sim = None
-        self.rng: np.random.Generator | None = None
-        self._seed_seq: np.random.SeedSequence | None = None
-        self._episode_seq: np.random.SeedSequence | None = None
-        self._fallback_rng: np.random.Generator | None = None
-        self._pending: dict[int, tuple[Any, Any]] = {}  # row -> (decision event, values)
-        self._round = None  # the latest every() round, see Stepper._deliver
-        self._late_masks: list = []  # (row, mask()) of masks computed when the step ends
-        self._masked: set[int] = set()  # rows whose mask is not the no-op mask
-        self._left: set[int] = set()  # rows of agents that left this episode
-        self._listed: set[str] = set()  # names in agents, while some have left
-        self._roster_changed = False  # an agent left or the episode started: rebuild agents
-        self._flags_set = False  # term, trunc or invalid flags set since the step began
-        self._any_invalid = False  # an invalid action was replaced this episode
-        self._decisions = self._replaced = 0  # since the env was built (the mask warning)
-        self._over = True
-        self._closed = False
-        self.num_steps = 0
-        self.num_events = 0
 
-    def _setup_spaces(self, rows: AgentRows) -> None:
-        """Cached per-group spaces, and each group's rows and widths for the dict API."""
-        self._obs_spaces: dict[int, spaces.Space] = {}
-        self._obs_widths: list[tuple[int, int, int]] = []
-        self._mask_widths: list[tuple[int, int, int]] = []
-        lo = 0
-        for k, g in enumerate(rows.groups):
-            hi = lo + len(g.names)
-            width = int(g.action.n) if rows.type is spaces.Discrete else rows.mask_dim
-            self._obs_widths.append((lo, hi, int(g.observation.shape[0])))
-            self._mask_widths.append((lo, hi, width))
-            if self.mask_in_obs:
-                self._obs_spaces[k] = spaces.Dict({
-                    "observation": g.observation,
-                    "action_mask": spaces.Box(0, 1, (width,), dtype=np.int8),
-                })
-            else:
-                self._obs_spaces[k] = g.observation
-            lo = hi
-        # One group, or groups of equal widths: the dict API copies the arrays whole.
-        self._one_width = (len({d for _, _, d in self._obs_widths}) == 1 and rows.obs_dim
-                           == self._obs_widths[0][2] and len({k for _, _, k in self._mask_widths})
-                           == 1 and rows.mask_dim == self._mask_widths[0][2])
-        # Per row: the size of its Discrete space (the dict API's quick action check).
-        self._n_actions = rows.n.tolist() if rows.type is spaces.Discrete else []
-        # Kept for scenarios and tools that knew one space: the first group's.
-        self._box = rows.groups[0].observation
+    # ---- PettingZoo's dict API (deszoo.core.facade over step_arrays) -------------------
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._dict.observation_space(agent)  # cached, per group
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._dict.action_space(agent)
+
+    def reset(
+        self, seed: int | None = None, options: dict | None = None
+    ) -> tuple[dict[str, Any], dict[str, dict]]:
+        return self._dict.reset(seed)
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        if self.sim is None or not self.agents:
+            raise ResetNeededError(
+                f"{self._name}: step() called " + self._not_running()
+                + "; call reset() first" + self._ended_hint()
+            )
+        return self._dict.step(actions)
+
+    def close(self) -> None:
+        super().close()
+        drop_canvas(self)  # the rgb_array figure, if one was drawn
+
+    def _ended_hint(self) -> str:
+        if self.sim is None or self._closed:
+            return ""
+        # The usual caller: a wrapper that never saw the end (SuperSuit 3.11's black_death_v3
+        # reports an episode done only when every agent is terminated *and* truncated).
+        return (" (if a wrapper kept stepping: SuperSuit 3.11's black_death_v3 never reports "
+                "the end of an episode; drop it, deszoo's black_death=True, the default, keeps "
+                "every agent listed already; see docs/compatibility.md#agents-that-leave)")
 
     @staticmethod
     def _observations_box(rows: AgentRows) -> spaces.Box:
@@ -240,13 +218,7 @@ class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
                   {key: given or key})
         self.config[key] = value
         self._kwargs[key] = value
-        self._set_limits()
-
-    def _set_limits(self) -> None:
-        """The limits as the drive loop reads them (no lookups in the hot path)."""
-        max_time = self.config["max_time"]
-        self._time_limit = float("inf") if max_time is None else max_time
-        self._max_steps = self.config["max_steps"]
+        self._limit(self.config["max_time"], self.config["max_steps"])
 
     @property
     def max_steps(self) -> int | None:
@@ -281,33 +253,6 @@ class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
         the agents as one :class:`Group` or a list of groups."""
         raise NotImplementedError
 
-    def _build(self) -> None:
-        """Create the model and start its processes on ``self.sim`` using ``self.rng``."""
-        raise NotImplementedError
-
-    def _observe_all(self, obs: np.ndarray) -> None:
-        """Write every agent's observation into its row of ``obs`` (``obs_buf``), once per
-        step; rows of agents that have left are zeroed afterwards by the bridge.
-
-        Called at the end of every step and reset, after ``mask_buf`` is final for the step
-        (a deciding agent's mask as the model set it, else the no-op mask), so a model may
-        refine a deciding agent's mask here from the state it observes. ``obs`` is not
-        cleared between steps: write every entry of the rows you observe. The default calls
-        :meth:`_observe` for each agent in the episode (or just leaving it).
-        """
-        d = self.rows.obs_dims
-        for i in np.flatnonzero(self.live | (self.term_buf | self.trunc_buf) & ~self._gone):
-            self._observe(int(i), obs[i, : d[i]])
-
-    def _observe(self, i: int, out: np.ndarray) -> None:
-        """Write agent ``i``'s observation into ``out`` (the convenience hook)."""
-        raise NotImplementedError(
-            f"{type(self).__name__} implements neither _observe_all nor _observe"
-        )
-
-    def _flush(self, until: float) -> None:
-        """Book time-integrated rewards up to simulated time ``until`` (optional)."""
-
     def _state_setup(self) -> spaces.Box | None:
         """The global state's space (a flat float32 ``Box``), or ``None`` (the default): the
         state is then every agent's observation row, concatenated in row order."""
@@ -330,10 +275,41 @@ class SimPyParallelEnv(DictFacade, Rendering, Stepper, ParallelEnv):
         """Write the global state into ``out`` (e.g. a vector env's buffer row)."""
         if self.sim is None:
             raise ResetNeededError(
-                f"{self.metadata['name']}: state() called " + self._not_running()
+                f"{self._name}: state() called " + self._not_running()
                 + "; call reset() first"
             )
-        self._state_all(out)
+        try:
+            self._state_all(out)
+        except DeszooError:
+            raise
+        except (ValueError, TypeError) as exc:
+            raise ModelError(
+                f"{self._name}: _state_all could not write the global state: out has shape "
+                f"{np.shape(out)} (state_space {self.state_space}): {exc}"
+            ) from exc
+
+    # ---- render() (PettingZoo's) over the scenario's two drawing hooks -----------------
+    def render(self) -> str | np.ndarray | None:
+        """The current picture: text (``human`` prints it, ``ansi`` returns it) or an
+        ``rgb_array`` (see :mod:`deszoo.core.canvas`)."""
+        if self.render_mode == "rgb_array":
+            return self._render_rgb()
+        if self.render_mode == "ansi":
+            return self._render_text()
+        if self.render_mode == "human":
+            if self.sim is not None:
+                sys.stdout.write(self._render_text() + "\n")
+            return None
+        return None
+
+    def _render_text(self) -> str:
+        """One frame as text (``human``, ``ansi``)."""
+        return f"{self._name} t={self.now:.2f}"
+
+    def _render_rgb(self) -> np.ndarray:
+        """One frame as an RGB array (``rgb_array``), usually drawn with
+        :func:`deszoo.core.canvas.frame`."""
+        raise NotImplementedError(f"{type(self).__name__} draws no rgb_array pictures")
 
     def __reduce__(self):
         return (_rebuild, (type(self), dict(self._kwargs)))
