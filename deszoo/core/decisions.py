@@ -67,17 +67,14 @@ class Decisions:
         self._left: set[int] = set()  # rows of agents that left this episode
         self._roster_changed = False  # an agent left or the episode started: rebuild agents
         self._flags_set = False  # term, trunc or invalid flags set since the step began
-        self._over = True
+        # True once the episode has terminated or truncated (``reset`` is needed). A plain
+        # attribute, not a property: the vector layer reads it for every env step.
+        self.episode_over = True
 
     # ---- API for model code -----------------------------------------------------------
     @property
     def now(self) -> float:
         return 0.0 if self.sim is None else float(self.sim.now)
-
-    @property
-    def episode_over(self) -> bool:
-        """True once the episode has terminated or truncated (``reset`` is needed)."""
-        return self._over
 
     def decide(
         self,
@@ -176,7 +173,7 @@ class Decisions:
         """Terminate the episode for every live agent after the current event."""
         self.term_buf[self.live | self._gone] = True
         self._flags_set = True
-        self._over = True
+        self.episode_over = True
 
     def remove_agent(self, i: int) -> None:
         """Terminate agent ``i`` alone (it leaves ``agents`` after this step).
@@ -202,7 +199,7 @@ class Decisions:
         if not self.live.any():  # nobody is left to decide: the episode is over
             self.term_buf[self._gone] = True
             self._flags_set = True
-            self._over = True
+            self.episode_over = True
 
     def needs_action(self, i: int) -> bool:
         return i in self._pending

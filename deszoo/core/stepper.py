@@ -130,7 +130,7 @@ class Stepper(Decisions):
         self._round = None  # the latest every() round (together=True), see _deliver
         self._late_masks = []
         self._closed = False
-        self._over = False
+        self.episode_over = False
         self.num_steps = 0
         self.num_events = 0
         self.live[:] = True
@@ -161,7 +161,7 @@ class Stepper(Decisions):
         """
         if self._discrete and type(acts) is not list:
             acts = acts.tolist()  # hot path: ints index the mask rows fastest
-        if self._over:
+        if self.episode_over:
             raise ResetNeededError(f"{self._name}: episode ended; call reset() first")
         pending = self._pending
         if self._strict:
@@ -229,7 +229,7 @@ class Stepper(Decisions):
         count = 0
         peek, step = sim.peek, sim.step  # hot path: once per SimPy event
         while True:
-            if self._over:  # the model ended the episode
+            if self.episode_over:  # the model ended the episode
                 self._flush(sim.now)
                 break
             t = peek()
@@ -250,17 +250,18 @@ class Stepper(Decisions):
             step()
             count += 1
         self.num_events += count
-        if not self._over and self._max_steps is not None and self.num_steps >= self._max_steps:
+        limit = self._max_steps
+        if not self.episode_over and limit is not None and self.num_steps >= limit:
             self._truncate()
 
     def _truncate(self) -> None:
         self.trunc_buf[self.live | self._gone] = True
         self._flags_set = True
-        self._over = True
+        self.episode_over = True
 
     def _finish(self) -> None:
         """Masks of the rows whose decision ended, observations, the roster."""
-        over = self._over
+        over = self.episode_over
         pending = self._pending
         if over or self._left:
             ended = self.term_buf | self.trunc_buf  # they still get their final observation

@@ -119,7 +119,7 @@ class ParallelEnvArrays:
         allocate(self, rows)
         self._full = np.stack([rows.full_mask(i) for i in range(n)])
         self._noop = rows.noop_mask()
-        self._over = True
+        self.episode_over = True
         self.num_steps = 0
         self.num_events = 0
         self._time = 0.0
@@ -136,10 +136,6 @@ class ParallelEnvArrays:
         return self.rows.groups[self.rows.kind[self._index[agent]]].action
 
     @property
-    def episode_over(self) -> bool:
-        return self._over
-
-    @property
     def now(self) -> float:
         """The env's ``infos[agent]["sim_time"]`` if it reports one, else its step count."""
         return self._time
@@ -151,7 +147,7 @@ class ParallelEnvArrays:
     def reset_arrays(self, seed: int | None = None) -> None:
         obs, infos = self.env.reset(seed=seed)
         self.num_steps = 0
-        self._over = False
+        self.episode_over = False
         self.rew_buf[:] = 0.0
         self.term_buf[:] = False
         self.trunc_buf[:] = False
@@ -220,7 +216,7 @@ class ParallelEnvArrays:
             if "sim_time" in info:
                 times.append(float(info["sim_time"]))
         self._time = max(times) if times else float(self.num_steps)
-        self._over = not live_now
+        self.episode_over = not live_now
 
     def close(self) -> None:
         self.env.close()
