@@ -323,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     chk.add_argument("target", metavar="MODULE:ATTR",
-                     help="e.g. my_model.env:MyEnv or deszoo.vector.plain_envs:Kinds")
+                     help="e.g. my_model.env:MyEnv (an env class or a zero-argument factory)")
     chk.add_argument("--seed", type=cliargs.seed, default=0, metavar="S",
                      help=f"episode seed, {cliargs.SEED_HELP} (default 0)")
     chk.add_argument("--steps", type=cliargs.positive_int, default=200, metavar="N",

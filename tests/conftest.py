@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
+# Where devkit lives (pytest's pythonpath, pyproject.toml): Ray's workers need it too, as
+# factories of devkit's envs pickle by reference.
+BENCHMARKS = str(Path(__file__).resolve().parent.parent / "benchmarks")
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +27,8 @@ def ray_session():
     if ray.is_initialized():
         yield ray
         return
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": BENCHMARKS}})
     try:
         yield ray
     finally:

@@ -45,7 +45,7 @@ BAD = [
     (["run", "--plot", "jobshop_v0"], "'jobshop_v0' is the env, not a FILE: put it before"),
     (["run", "jobshop_v0", "--plot", "episode"], "'episode' has no picture suffix"),
     (["run", "nosuch_module:Env"], "cannot import 'nosuch_module'"),
-    (["run", "deszoo.vector.plain_envs:Kinds", "--policy", "heuristic"],
+    (["run", "devkit.plain_envs:Kinds", "--policy", "heuristic"],
      "has no heuristic(obs, mask) in its module; use --policy random"),
     (["run", "jobshop_v0", "--preset", "huge"],
      "unknown preset 'huge' for jobshop_v0; valid: small, default, large"),
@@ -233,7 +233,7 @@ def test_run_and_plot_a_users_env(tmp_path, capsys):
     module has no heuristic, and a generic chart."""
     pytest.importorskip("matplotlib")
     png = tmp_path / "kinds.png"
-    assert main(["run", "deszoo.vector.plain_envs:Kinds", "--seed", "3", "--plot", str(png)]) == 0
+    assert main(["run", "devkit.plain_envs:Kinds", "--seed", "3", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "policy            random" in out and "SimPy events      n/a" in out
     assert "base_0" in out and png.stat().st_size > 10_000
