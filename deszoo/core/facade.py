@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from deszoo._links import doc
 from deszoo.errors import (
     InvalidActionError,
     MissingActionError,
@@ -177,7 +178,7 @@ class DictFacade:
         # reports an episode done only when every agent is terminated *and* truncated).
         return (" (if a wrapper kept stepping: SuperSuit 3.11's black_death_v3 never reports "
                 "the end of an episode; drop it, deszoo's black_death=True, the default, keeps "
-                "every agent listed already; see docs/compatibility.md#agents-that-leave)")
+                f"every agent listed already; see {doc('compatibility.md#agents-that-leave')})")
 
     def _not_running(self) -> str:
         if self._closed:

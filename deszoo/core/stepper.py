@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from deszoo._links import doc
 from deszoo.core.config import check_seed
 from deszoo.errors import (
     ConfigError,
@@ -440,7 +441,7 @@ class Stepper:
             f"decision point ({self._replaced / self._decisions:.0%}) were masked out and "
             "replaced by random legal actions: the policy is not reading the masks "
             "(infos[agent]['action_mask'], or mask_in_obs=True). See "
-            "docs/compatibility.md#masks. Silence: warnings.filterwarnings('ignore', "
+            f"{doc('compatibility.md#masks')}. Silence: warnings.filterwarnings('ignore', "
             "category=deszoo.errors.MasksIgnoredWarning), or DESZOO_WARN_MASKS=0 for every "
             "process.", MasksIgnoredWarning, stacklevel=6)  # (the caller of step)
 
