@@ -470,7 +470,7 @@ def run_leaderboard(args: argparse.Namespace, plan: None = None) -> int:
         return 1
     if not entries:
         print(f"deszoo: error: no {'valid ' if rejected else ''}result files (*.json) in "
-              f"{args.dir}; {out} not written. An entry is what `deszoo bench --standard "
+              f"{args.dir}; nothing written. An entry is what `deszoo bench --standard "
               f"--out {args.dir / 'NAME.json'}` writes (the standard work, several minutes); "
               f"--dir names another folder; published entries: "
               f"{repo('benchmarks/leaderboard')}", file=sys.stderr)
