@@ -158,11 +158,11 @@ def test_bench_options_change_the_quick_works():
     """--presets, --steps and --seed apply to the quick suite's works (not ignored)."""
     works = plan([]).matrix.works()
     assert [(w.label, w.env_steps, w.seed) for w in works] == [
-        ("jobshop_v0/default", 8192, 0), ("traffic_v0/large", 512, 0)]
+        ("jobshop_v0/default", 8192, 0), ("traffic_v1/large", 512, 0)]
     works = plan(["--presets", "small,large"]).matrix.works()
     assert [(w.label, w.env_steps) for w in works] == [
         ("jobshop_v0/small", 8192), ("jobshop_v0/large", 8192),
-        ("traffic_v0/small", 512), ("traffic_v0/large", 512)]
+        ("traffic_v1/small", 512), ("traffic_v1/large", 512)]
     works = plan(["--steps", "100", "--seed", "7"]).matrix.works()
     assert {(w.env_steps, w.seed) for w in works} == {(100, 7)}
     works = plan(["--scenarios", "elevator_v0,warehouse_v0/small", "--presets", "large"])

@@ -49,3 +49,37 @@ def test_scores_docs_outside_a_checkout_says_where_it_runs(tmp_path):
     assert run.returncode == 2, run.stderr
     assert "no folder 'benchmarks/scores' here" in run.stderr
     assert "checkout of the repository" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_readme_names_every_scenario_and_its_current_version():
+    import re
+
+    from deszoo import list_envs
+    from deszoo.registry import latest_versions
+
+    readme = (ROOT / "README.md").read_text()
+    for name in list_envs():
+        assert f"`{name}`" in readme, name
+    current = readme[readme.index("at its current version:"):readme.index("and the older")]
+    assert re.findall(r"`(\w+_v\d+)`", current) == latest_versions()
+
+
+def test_snippets_and_examples_use_current_versions():
+    """README's Python blocks and examples/*.py name only the newest version of a scenario."""
+    import re
+
+    from deszoo.registry import latest_versions
+
+    readme = (ROOT / "README.md").read_text()
+    code = "".join(re.findall(r"^```python\n(.*?)^```", readme, re.S | re.M))
+    code += "".join(p.read_text() for p in sorted((ROOT / "examples").glob("*.py")))
+    named = set(re.findall(r"\b([a-z]+_v\d+)\b", code)) - {"clinic_v0"}  # the example's own
+    assert named and named <= set(latest_versions()), named - set(latest_versions())
+
+
+def test_readme_and_bench_help_state_one_duration():
+    out = subprocess.run([sys.executable, "-m", "deszoo.cli", "bench", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    claim = "under a minute on 2 cores, even busy ones (47 to 50 s on 2 shared AMD EPYC cores"
+    assert claim in readme and claim in " ".join(out.split())

@@ -40,8 +40,9 @@ DEFAULT_PLOT = Path("deszoo-bench.png")
 
 BENCH_EPILOG_HEAD = f"""\
 The quick suite (the default) runs jobshop_v0/default (8192 env steps per row) and
-traffic_v0/large (512): under a minute on 2 idle cores, 3 to 5 minutes on 2 busy
-ones. --presets, --steps and --seed change its works; --scenarios replaces them.
+traffic_v1/large (512): under a minute on 2 cores, even busy ones (47 to 50 s on
+2 shared AMD EPYC cores at load average 5.5 to 7.5). --presets, --steps and --seed
+change its works; --scenarios replaces them.
 
 seeds:
   --seed S is {cliargs.SEED_HELP} (default 0). Env i is reset
