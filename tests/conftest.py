@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
-# Where devkit lives (pytest's pythonpath, pyproject.toml): Ray's workers need it too, as
-# factories of devkit's envs pickle by reference.
-BENCHMARKS = str(Path(__file__).resolve().parent.parent / "benchmarks")
+# Where devkit (pytest's pythonpath, pyproject.toml) and the test modules live: Ray's workers
+# need them too, as factories of envs defined there pickle by reference.
+HERE = Path(__file__).resolve().parent
+RAY_PYTHONPATH = os.pathsep.join([str(HERE), str(HERE.parent / "benchmarks")])
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +29,7 @@ def ray_session():
         yield ray
         return
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": BENCHMARKS}})
+             runtime_env={"env_vars": {"PYTHONPATH": RAY_PYTHONPATH}})
     try:
         yield ray
     finally:
