@@ -1,4 +1,4 @@
-"""A long chaos run of the vector backends (see ``tests/chaos_harness.py``).
+"""A long chaos run of the vector backends (see ``devkit/chaos_harness.py``).
 
 Injects faults (SIGKILL, SIGSTOP of workers, SIGINT in the parent, exceptions and exits
 inside envs) at random steps, checks every result row against an undisturbed replay, and
@@ -20,11 +20,8 @@ import json
 import logging
 import sys
 from collections import Counter
-from pathlib import Path
 
-# The harness is the tests' own machinery, next to them (not in the package).
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from chaos_harness import (  # noqa: E402
+from devkit.chaos_harness import (
     HARNESS_KINDS,
     POINTS,
     ChaosConfig,
@@ -66,7 +63,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--exit-rate", type=float, default=0.001,
                    help="env os._exit per env step (process backends)")
     p.add_argument("--env", default=None,
-                   help="a registered scenario (default: the toy env of deszoo.vector.testing)")
+                   help="a registered scenario (default: the toy env of devkit.toyenv)")
     p.add_argument("--preset", default=None, help="the scenario's preset")
     p.add_argument("--start-method", default=None, help="fork, spawn or forkserver")
     p.add_argument("--pools", type=int, default=None,

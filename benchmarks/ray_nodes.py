@@ -54,7 +54,7 @@ class AsyncRunner:
     ``sidebyside.VecRunner`` does in sync mode; ``steps`` counts env steps."""
 
     def __init__(self, label: str, vec, warmup: int = 40):
-        from deszoo.vector.testing import legal_last
+        from deszoo.rollouts import legal_last
 
         self.label, self.vec, self._policy = label, vec, legal_last
         self._rows_per_env = vec.num_envs // vec.num_sims
@@ -91,8 +91,8 @@ class AsyncRunner:
 
 def measure(scenario: str, num_envs: int, seconds: float, slice_s: float, cpus: int,
             shm_workers: int) -> list[str]:
-    from deszoo.bench.sidebyside import VecRunner
     from deszoo.vector import make_vec
+    from sidebyside import VecRunner
 
     kwargs = SCENARIOS[scenario]
     runners = []
@@ -163,8 +163,8 @@ def _role(pid: int, procs: dict, me: int) -> str:
 
 def processes(scenario: str, num_envs: int, seconds: float, shm_workers: int) -> list[str]:
     """CPU per vector step by process role, ``shm`` then ``per_node``, each run alone."""
-    from deszoo.bench.sidebyside import VecRunner
     from deszoo.vector import make_vec
+    from sidebyside import VecRunner
 
     roles = ("driver", "env workers", "node actors", "Ray's own processes", "other")
     lines = [f"  CPU ms per vector step ({num_envs} envs), each run alone for {seconds:g} s: "

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import deszoo
-    from deszoo.vector.testing import legal_last
+    from deszoo.rollouts import legal_last
 
     kwargs = {"preset": args.preset} if args.preset else {}
     envs = [deszoo.make(args.scenario, **kwargs) for _ in range(args.envs)]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import sys
 import time
 from pathlib import Path
 
@@ -113,5 +112,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     main()

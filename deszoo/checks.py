@@ -336,8 +336,8 @@ def _check_pickle(env_fn: Callable[[], Any], seed: int, steps: int) -> str:
 
 
 def _check_vector(env_fn: Callable[[], Any], seed: int, steps: int) -> str:
+    from deszoo.rollouts import assert_same_rollouts, rollout
     from deszoo.vector import make_vec
-    from deszoo.vector.testing import assert_same_rollouts, rollout
 
     runs = {}
     for backend, workers in (("roundrobin", None), ("shm", 2), ("supersuit", 2)):

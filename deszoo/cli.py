@@ -16,6 +16,7 @@ from pathlib import Path
 
 from deszoo import __version__
 from deszoo import _cliargs as cliargs
+from deszoo._links import doc, repo
 from deszoo.errors import ConfigError, InvalidActionError
 
 EPISODE_STEPS = 100_000
@@ -263,7 +264,7 @@ def _run_profile(args: argparse.Namespace, modes: list[str]) -> int:
     return 0
 
 
-SCORES_EPILOG = """\
+SCORES_EPILOG = f"""\
 policies:
   random           uniformly random legal actions (seeded with 0)
   heuristic        the scenario's built-in heuristic
@@ -277,10 +278,11 @@ policies:
 
 seeds:
   One episode on each of the first N held-out seeds 10000, 10001, ... (default
-  all 20). Training never uses them. docs/scores.md lists only entries on all 20
-  seeds at the preset's default config (the same work hash).
+  all 20). Training never uses them. The published scores page lists only entries
+  on all 20 seeds at the preset's default config (the same work hash).
 
-Write docs/scores.md from the entries with: python -m deszoo.scores --docs
+Published scores: {doc("scores.md")}
+and their entries: {repo("benchmarks/scores")}
 """
 
 
@@ -461,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     chk.add_argument("target", metavar="MODULE:ATTR",
-                     help="e.g. my_model.env:MyEnv or deszoo.vector.plain_envs:Kinds")
+                     help="e.g. my_model.env:MyEnv (an env class or a zero-argument factory)")
     chk.add_argument("--seed", type=cliargs.seed, default=0, metavar="S",
                      help=f"episode seed, {cliargs.SEED_HELP} (default 0)")
     chk.add_argument("--steps", type=cliargs.positive_int, default=200, metavar="N",
@@ -484,8 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="score a policy on a scenario's held-out seeds; write a JSON entry",
         description="Evaluate a policy on a scenario's held-out seeds (one episode each,\n"
         "return summed over agents), print the mean and its 95% t-interval, and write\n"
-        "an entry SCENARIO-PRESET-POLICY.json into the current folder (--out; the\n"
-        "repository's entries are in benchmarks/scores/).",
+        "an entry SCENARIO-PRESET-POLICY.json into the current folder (--out).",
         epilog=SCORES_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

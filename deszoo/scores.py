@@ -475,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m deszoo.scores --docs [--check]``."""
     import argparse
 
+    from deszoo._links import REPOSITORY
+
     p = argparse.ArgumentParser(prog="python -m deszoo.scores",
                                 description="Write docs/scores.md from benchmarks/scores/.")
     p.add_argument("--docs", action="store_true", help="write the page (required)")
@@ -484,6 +486,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.docs:
         p.error("nothing to do: pass --docs")
+    if not args.dir.is_dir() or not args.out.parent.is_dir():
+        missing = args.dir if not args.dir.is_dir() else args.out.parent
+        p.error(f"no folder {str(missing)!r} here: --docs runs at the top of a checkout of the "
+                f"repository ({REPOSITORY}), where it writes {args.out} from {args.dir}")
     problems = write_docs(args.dir, args.out, check=args.check)
     for line in problems:
         print(line, file=sys.stderr)

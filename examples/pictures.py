@@ -1,4 +1,5 @@
-"""Draw the pictures of docs/pictures.md: one frame and one episode chart per scenario.
+"""Draw the pictures of docs/pictures.md: one frame and one episode chart per scenario, each
+at its current version (``deszoo.registry.latest_versions()``).
 
 A frame is ``env.render()`` of an env built with ``render_mode="rgb_array"`` (a uint8
 array), saved here with matplotlib; an episode chart is ``deszoo.plots.plot_episode``.
@@ -19,16 +20,17 @@ import numpy as np
 
 import deszoo
 from deszoo.plots import plot_episode
+from deszoo.registry import latest_versions
 
 # scenario: (preset of the frame, heuristic steps before the frame, preset of the chart)
 PICTURES = {
-    "elevator_v0": ("default", 300, "default"),
-    "jobshop_v0": ("default", 150, "default"),
-    "loadbalance_v0": ("default", 420, "small"),
-    "ridehail_v0": ("default", 150, "default"),
-    "supplychain_v0": ("default", 40, "small"),
-    "traffic_v0": ("default", 120, "small"),
-    "warehouse_v0": ("default", 30, "small"),
+    "elevator": ("default", 300, "default"),
+    "jobshop": ("default", 150, "default"),
+    "loadbalance": ("default", 420, "small"),
+    "ridehail": ("default", 150, "default"),
+    "supplychain": ("default", 40, "small"),
+    "traffic": ("default", 120, "small"),
+    "warehouse": ("default", 30, "small"),
 }
 
 
@@ -61,10 +63,11 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="scenario names")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, (frame_preset, steps, chart_preset) in PICTURES.items():
+    current = {name.rsplit("_", 1)[0]: name for name in latest_versions()}
+    for short, (frame_preset, steps, chart_preset) in PICTURES.items():
+        name = current[short]
         if args.only and name not in args.only:
             continue
-        short = name.rsplit("_", 1)[0]
         took = save_frame(name, frame_preset, steps, args.out / f"{short}_frame.png")
         plot_episode(name, args.out / f"{short}_episode.png", preset=chart_preset)
         print(f"{name}: frame {took * 1000:.0f} ms")  # noqa: T201 - a script's output

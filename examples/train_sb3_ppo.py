@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import torch
 from sb3_contrib import MaskablePPO
+from stable_baselines3.common.vec_env import VecMonitor
 
 import deszoo
 from deszoo.policies import Policy, evaluate, heuristic_policy, random_policy
@@ -30,7 +31,7 @@ def make_sb3_env(name: str, num_envs: int, seed: int, num_workers: int | None = 
     """``num_envs`` simulations of ``name`` as one SB3 VecEnv (rows: env-major, agent-minor)."""
     vec = make_vec(name, num_envs, backend="shm", num_workers=num_workers, seed=seed,
                    autoreset_mode="SameStep", **kw)
-    return to_sb3(vec)
+    return VecMonitor(to_sb3(vec))  # SB3 logs episode returns (ep_rew_mean) through a monitor
 
 
 def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int = 16,

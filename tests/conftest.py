@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
+# Where devkit (pytest's pythonpath, pyproject.toml) and the test modules live: Ray's workers
+# need them too, as factories of envs defined there pickle by reference.
+HERE = Path(__file__).resolve().parent
+RAY_PYTHONPATH = os.pathsep.join([str(HERE), str(HERE.parent / "benchmarks")])
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +28,8 @@ def ray_session():
     if ray.is_initialized():
         yield ray
         return
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": RAY_PYTHONPATH}})
     try:
         yield ray
     finally:

@@ -281,7 +281,7 @@ def test_compact_table_fits_80_columns(result):
         if row["status"] == "ok":
             rate = row["env_steps_per_s"]
             assert (f"{rate:,.0f}" if rate < 1e6 else f"{rate / 1e6:.2f}M") in text
-    assert lines[-2:] == legend() and "docs/benchmarks.md" in lines[-2]
+    assert lines[-3:] == legend() and "docs/benchmarks.md" in lines[-1]
     assert "flag" in lines[1] + lines[2] and "speed-up" in lines[2]
 
 
@@ -401,6 +401,13 @@ def test_leaderboard_cli(tiny_result, tmp_path, capsys):
     assert main(["leaderboard", "--dir", str(d), "--out", str(out)]) == 1
     assert "other.json: rejected" in capsys.readouterr().err
     assert main(["leaderboard", "--dir", str(d), "--out", str(out), "--skip-invalid"]) == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    capsys.readouterr()
+    assert main(["leaderboard", "--dir", str(empty), "--out", str(tmp_path / "e.md")]) == 1
+    err = capsys.readouterr().err
+    assert "no result files (*.json)" in err and "deszoo bench --standard --out" in err
+    assert not (tmp_path / "e.md").exists()
 
 
 def test_committed_leaderboard_is_valid_and_up_to_date():

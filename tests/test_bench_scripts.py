@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-import bridge  # noqa: E402
-import interleave  # noqa: E402
-import step_cost  # noqa: E402
-import vector_cost  # noqa: E402
+import bridge  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
+import interleave
+import step_cost
+import vector_cost
 
 
 def test_bridge_reports_the_dict_floor_beside_both_apis():

@@ -1,6 +1,6 @@
-"""Chaos on every backend (tests/chaos_harness.py): random faults, every result row checked
-against an undisturbed replay, no hang, no process or /dev/shm entry left behind; and the
-vector env's fault points, each reached.
+"""Chaos on every backend (benchmarks/devkit/chaos_harness.py): random faults, every result
+row checked against an undisturbed replay, no hang, no process or /dev/shm entry left behind;
+and the vector env's fault points, each reached.
 
 The longer run is ``python benchmarks/chaos.py``; these are short, bounded ones, and tests
 that the harness itself fails when a backend is wrong.
@@ -15,7 +15,16 @@ import signal
 
 import numpy as np
 import pytest
-from chaos_harness import (
+
+from conftest import HAS_RAY
+from deszoo.errors import WorkerTimeoutError
+from deszoo.rollouts import legal_last
+from deszoo.vector import faults, make_vec
+from deszoo.vector.base import State
+from deszoo.vector.batch import Batch
+from deszoo.vector.pool import FAULT_POINTS
+from deszoo.vector.shm import ShmTransport
+from devkit.chaos_harness import (
     ChaosConfig,
     ChaosFactory,
     ChaosReport,
@@ -30,15 +39,7 @@ from chaos_harness import (
     run_chaos,
     running,
 )
-from conftest import HAS_RAY
-
-from deszoo.errors import WorkerTimeoutError
-from deszoo.vector import faults, make_vec
-from deszoo.vector.base import State
-from deszoo.vector.batch import Batch
-from deszoo.vector.pool import FAULT_POINTS
-from deszoo.vector.shm import ShmTransport
-from deszoo.vector.testing import ToyEnv, legal_last
+from devkit.toyenv import ToyEnv
 
 # name: make_vec options, steps, harness faults
 RUNS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ from gymnasium import spaces
 import deszoo
 import deszoo.core
 from deszoo.checks import check
-from deszoo.vector.plain_envs import Kinds
+from devkit import plain_envs
+from devkit.plain_envs import Kinds
 
 
 def failed(verdicts) -> dict[str, str]:
@@ -75,9 +77,9 @@ def test_classic_bugs_are_caught(env, check_name, words):
 
 
 def test_command_line_exit_codes(tmp_path):
+    """A user's module in a folder of its own: Kinds' source, then a bad subclass."""
     (tmp_path / "user_env.py").write_text(
-        "from deszoo.vector.plain_envs import Kinds\n"
-        "import numpy as np\n"
+        Path(plain_envs.__file__).read_text() + "\n\n"
         "class Bad(Kinds):\n"
         "    def _observe(self):\n"
         "        return {a: np.random.random(self._obs[a].shape).astype(np.float32)\n"

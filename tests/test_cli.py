@@ -45,7 +45,7 @@ BAD = [
     (["run", "--plot", "jobshop_v0"], "'jobshop_v0' is the env, not a FILE: put it before"),
     (["run", "jobshop_v0", "--plot", "episode"], "'episode' has no picture suffix"),
     (["run", "nosuch_module:Env"], "cannot import 'nosuch_module'"),
-    (["run", "deszoo.vector.plain_envs:Kinds", "--policy", "heuristic"],
+    (["run", "devkit.plain_envs:Kinds", "--policy", "heuristic"],
      "has no heuristic(obs, mask) in its module; use --policy random"),
     (["run", "jobshop_v0", "--preset", "huge"],
      "unknown preset 'huge' for jobshop_v0; valid: small, default, large"),
@@ -158,11 +158,11 @@ def test_bench_options_change_the_quick_works():
     """--presets, --steps and --seed apply to the quick suite's works (not ignored)."""
     works = plan([]).matrix.works()
     assert [(w.label, w.env_steps, w.seed) for w in works] == [
-        ("jobshop_v0/default", 8192, 0), ("traffic_v0/large", 512, 0)]
+        ("jobshop_v0/default", 8192, 0), ("traffic_v1/large", 512, 0)]
     works = plan(["--presets", "small,large"]).matrix.works()
     assert [(w.label, w.env_steps) for w in works] == [
         ("jobshop_v0/small", 8192), ("jobshop_v0/large", 8192),
-        ("traffic_v0/small", 512), ("traffic_v0/large", 512)]
+        ("traffic_v1/small", 512), ("traffic_v1/large", 512)]
     works = plan(["--steps", "100", "--seed", "7"]).matrix.works()
     assert {(w.env_steps, w.seed) for w in works} == {(100, 7)}
     works = plan(["--scenarios", "elevator_v0,warehouse_v0/small", "--presets", "large"])
@@ -233,7 +233,7 @@ def test_run_and_plot_a_users_env(tmp_path, capsys):
     module has no heuristic, and a generic chart."""
     pytest.importorskip("matplotlib")
     png = tmp_path / "kinds.png"
-    assert main(["run", "deszoo.vector.plain_envs:Kinds", "--seed", "3", "--plot", str(png)]) == 0
+    assert main(["run", "devkit.plain_envs:Kinds", "--seed", "3", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "policy            random" in out and "SimPy events      n/a" in out
     assert "base_0" in out and png.stat().st_size > 10_000

@@ -140,7 +140,7 @@ def test_the_tutorial_shows_the_example_and_counts_its_lines():
 
 
 def test_scenario_pages_are_generated_from_the_code():
-    """docs/envs/*.md are what ``python -m deszoo.docs`` writes (no drift)."""
-    from deszoo.docs import write_pages
+    """docs/envs/*.md are what ``python benchmarks/devkit/docs.py`` writes (no drift)."""
+    from devkit.docs import write_pages
 
-    assert write_pages(check=True) == [], "run python -m deszoo.docs"
+    assert write_pages(check=True) == [], "run python benchmarks/devkit/docs.py"

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fuzz_params import run_case, single_cases
 
 import deszoo
 from deszoo.envs.warehouse.model import WarehouseModel
 from deszoo.errors import ConfigError
+from fuzz_params import run_case, single_cases
 
 
 # NumPy warns of the overflow where a rate of 5e-324 gives an infinite mean gap (no arrivals:

@@ -13,7 +13,7 @@ from itertools import permutations
 import numpy as np
 import pytest
 
-from deszoo import validation as v
+from devkit import validation as v
 
 # ---- the formulas themselves -------------------------------------------------------------
 

@@ -7,20 +7,15 @@ import re
 
 import numpy as np
 import pytest
-from conftest import HAS_RAY
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 import deszoo
+from conftest import HAS_RAY
 from deszoo.errors import ConfigError, InvalidActionError, ResetNeededError, SubEnvError
+from deszoo.rollouts import assert_same_rollouts, legal_last, legal_random, rollout
 from deszoo.vector import make_vec
-from deszoo.vector.testing import (
-    ToyEnv,
-    assert_same_rollouts,
-    legal_last,
-    legal_random,
-    rollout,
-)
+from devkit.toyenv import ToyEnv
 
 # name, make_vec arguments: every backend, uneven splits, both start methods.
 BACKENDS = {
@@ -826,7 +821,7 @@ def test_state_on_every_backend(backend):
 
 def test_no_state_unless_asked_and_refused_without_one():
     """Without state=True nothing is carried; an env with no state is refused by name."""
-    from deszoo.vector.plain_envs import Kinds
+    from devkit.plain_envs import Kinds
 
     vec = make_vec("jobshop_v0", 2, backend="roundrobin", preset="small")
     try:
@@ -840,7 +835,7 @@ def test_no_state_unless_asked_and_refused_without_one():
 
 def test_state_of_a_plain_parallel_env():
     """A plain PettingZoo env with a Box state_space has its state() batched, flattened."""
-    from deszoo.vector.plain_envs import Kinds
+    from devkit.plain_envs import Kinds
 
     class Stateful(Kinds):
         state_space = spaces.Box(0.0, 100.0, (1, 2), dtype=np.float32)

@@ -14,16 +14,17 @@ import time
 
 import numpy as np
 import pytest
-from conftest import HAS_RAY
 
+from conftest import HAS_RAY
 from deszoo.errors import (
     SubEnvError,
     VectorEnvError,
     WorkerDiedError,
     WorkerTimeoutError,
 )
+from deszoo.rollouts import assert_same_rollouts, legal_last, rollout
 from deszoo.vector import make_vec
-from deszoo.vector.testing import ToyEnv, assert_same_rollouts, legal_last, rollout
+from devkit.toyenv import ToyEnv
 
 PROCESS_BACKENDS = {
     "supersuit2": dict(backend="supersuit", num_workers=2),

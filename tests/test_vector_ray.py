@@ -22,8 +22,9 @@ from test_vector_faults import assert_gone, shm_entries, step_n
 
 import deszoo
 from deszoo.errors import ConfigError, SubEnvError, WorkerDiedError
+from deszoo.rollouts import assert_same_rollouts, legal_last, rollout
 from deszoo.vector import make_vec
-from deszoo.vector.testing import ToyEnv, assert_same_rollouts, legal_last, rollout
+from devkit.toyenv import ToyEnv
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.usefixtures("ray_session")

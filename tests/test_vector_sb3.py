@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from deszoo.errors import ConfigError
+from deszoo.rollouts import legal_last
 from deszoo.vector import make_vec, to_sb3
-from deszoo.vector.testing import legal_last
 
 sb3 = pytest.importorskip("stable_baselines3")
 from stable_baselines3.common.vec_env import (  # noqa: E402

@@ -12,9 +12,9 @@ from test_vector import BACKENDS, vec_of
 
 import deszoo
 from deszoo.errors import ConfigError, InvalidActionError
+from deszoo.rollouts import assert_same_rollouts, rollout
 from deszoo.vector import make_vec
-from deszoo.vector.plain_envs import Continuous, Kinds
-from deszoo.vector.testing import assert_same_rollouts, rollout
+from devkit.plain_envs import Continuous, Kinds
 
 
 @pytest.mark.parametrize("env", [Kinds, Continuous])

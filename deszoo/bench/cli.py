@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deszoo import _cliargs as cliargs
+from deszoo._links import doc, repo
 from deszoo.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,8 +40,9 @@ DEFAULT_PLOT = Path("deszoo-bench.png")
 
 BENCH_EPILOG_HEAD = f"""\
 The quick suite (the default) runs jobshop_v0/default (8192 env steps per row) and
-traffic_v0/large (512): under a minute on 2 idle cores, 3 to 5 minutes on 2 busy
-ones. --presets, --steps and --seed change its works; --scenarios replaces them.
+traffic_v1/large (512): under a minute on 2 cores, even busy ones (47 to 50 s on
+2 shared AMD EPYC cores at load average 5.5 to 7.5). --presets, --steps and --seed
+change its works; --scenarios replaces them.
 
 seeds:
   --seed S is {cliargs.SEED_HELP} (default 0). Env i is reset
@@ -49,7 +51,8 @@ seeds:
 
 flags in the table: B fewer free cores than the row's workers, S spread of the
 repeats above 25%, P worker processes differ from workers, X rewards differ
-from serial's. Every column is explained in docs/benchmarks.md.
+from serial's. Every column is explained in
+{doc("benchmarks.md")}.
 
 scenarios and their presets (--scenarios NAME or NAME/PRESET, --presets):
 """
@@ -79,7 +82,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="measure sampling speed: serial vs round-robin vs multiprocess backends",
         description="Measure how fast scenarios sample in every mode and print a table\n"
         "(compact; --wide for every column). Without options it runs the quick suite.\n"
-        "docs/benchmarks.md explains the method and every figure.",
+        f"The method and every figure: {doc('benchmarks.md')}",
         epilog=lambda: BENCH_EPILOG_HEAD + cliargs.presets_table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -135,14 +138,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     lb = sub.add_parser(
         "leaderboard",
-        help="validate benchmarks/leaderboard/*.json and write docs/leaderboard.md",
-        description="Validate every result file in the leaderboard folder against the "
-        "schema and the standard work, rank configurations per scenario and write the "
-        "Markdown page.",
+        help="validate bench result files (*.json) and write a ranked Markdown page",
+        description="Validate every result file in the leaderboard folder against the\n"
+        "schema and the standard work, rank configurations per scenario and write the\n"
+        "Markdown page. An entry is what `deszoo bench --standard --out NAME.json` writes.\n"
+        f"Published entries: {repo('benchmarks/leaderboard')}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     lb.add_argument("--dir", type=Path, default=Path("."),
-                    help="the folder of result files (default: the current folder; the "
-                    "repository's are in benchmarks/leaderboard)")
+                    help="the folder of result files (default: the current folder)")
     lb.add_argument("--out", type=Path, default=Path("leaderboard.md"),
                     help="the page to write (default: leaderboard.md in the current folder)")
     lb.add_argument("--check", action="store_true",
@@ -487,6 +491,13 @@ def run_leaderboard(args: argparse.Namespace, plan: None = None) -> int:
         print(f"deszoo: error: {len(rejected)} of {len(entries) + len(rejected)} file(s) "
               f"rejected; {out} not written (--skip-invalid leaves them out)",
               file=sys.stderr)
+        return 1
+    if not entries:
+        print(f"deszoo: error: no {'valid ' if rejected else ''}result files (*.json) in "
+              f"{args.dir}; nothing written. An entry is what `deszoo bench --standard "
+              f"--out {args.dir / 'NAME.json'}` writes (the standard work, several minutes); "
+              f"--dir names another folder; published entries: "
+              f"{repo('benchmarks/leaderboard')}", file=sys.stderr)
         return 1
     text = render(entries)
     if args.check:

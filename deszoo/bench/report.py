@@ -14,6 +14,7 @@ import textwrap
 from collections import defaultdict
 from pathlib import Path
 
+from deszoo._links import doc
 from deszoo.bench.modes import is_in_process
 
 __all__ = [
@@ -37,8 +38,8 @@ __all__ = [
     "workers_cell",
 ]
 
-DOCS = "docs/benchmarks.md"
-"""Where every column, flag and setting is explained."""
+DOCS = doc("benchmarks.md")
+"""Where every column, flag and setting is explained (a URL: a wheel has no docs/)."""
 
 SPREAD_LIMIT = 0.25
 """A row whose spread over repeats, ``(max - min) / median`` of env-steps/s, is above this is
@@ -101,20 +102,22 @@ _COMPACT = [
 ]
 
 _LEGEND = [
-    f"speed-up: serial time / row time, ± spread of repeats; see {DOCS}",
+    "speed-up: serial time / row time, ± spread of repeats",
     f"flags: B free cores < workers, S spread > {SPREAD_LIMIT:.0%}, P processes ≠ workers, "
     "X ≠serial",
+    f"more: {DOCS}",
 ]
 _WIDE_LEGEND = [
     "±: spread of the repeats, (max - min) / median; speedup: serial's time / this row's; "
     "eff.: speedup / max(workers, 1)",
     f"flags: B free cores < workers, S spread > {SPREAD_LIMIT:.0%}, P worker processes ≠ "
-    f"workers, X rewards ≠ serial's; see {DOCS}",
+    "workers, X rewards ≠ serial's",
+    f"every column: {DOCS}",
 ]
 
 
 def legend(wide: bool = False) -> list[str]:
-    """Two lines under the table: what speed-up, ± and the flags mean, and where to read
+    """Three lines under the table: what speed-up, ± and the flags mean, and where to read
     more (the compact table's lines fit in 80 columns)."""
     return list(_WIDE_LEGEND if wide else _LEGEND)
 

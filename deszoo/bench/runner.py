@@ -164,14 +164,14 @@ def available_scenarios() -> list[str]:
     return names
 
 
-QUICK_WORKS = (("jobshop_v0", "default", 8192), ("traffic_v0", "large", 512))
+QUICK_WORKS = (("jobshop_v0", "default", 8192), ("traffic_v1", "large", 512))
 """The quick matrix's works: a light scenario (about 60 us and 5 SimPy events per step) and
 a heavy one (about 1.5 ms and 500 events per step), each about 0.5 to 1 s of serial work."""
 
 
 def quick_matrix(modes: list[str] | None = None) -> Matrix:
-    """``deszoo bench``'s default, every kind of mode: under a minute on 2 idle cores, 3 to 5
-    minutes on 2 busy ones (see docs/benchmarks.md).
+    """``deszoo bench``'s default, every kind of mode: under a minute on 2 cores, even busy
+    ones (47 to 50 s at load average 5.5 to 7.5).
 
     The :data:`QUICK_WORKS` that are registered (or else the first scenario), 8 envs, 1 and
     all usable cores as workers, every available mode except ``ray`` (whose start-up alone

@@ -78,6 +78,7 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
+from deszoo._links import doc
 from deszoo.core.canvas import drop_canvas
 from deszoo.core.facade import DictAPI
 from deszoo.core.groups import AgentRows, Group
@@ -191,7 +192,7 @@ class SimPyParallelEnv(Stepper, ParallelEnv):
         # reports an episode done only when every agent is terminated *and* truncated).
         return (" (if a wrapper kept stepping: SuperSuit 3.11's black_death_v3 never reports "
                 "the end of an episode; drop it, deszoo's black_death=True, the default, keeps "
-                "every agent listed already; see docs/compatibility.md#agents-that-leave)")
+                f"every agent listed already; see {doc('compatibility.md#agents-that-leave')})")
 
     @staticmethod
     def _observations_box(rows: AgentRows) -> spaces.Box:

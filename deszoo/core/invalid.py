@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from deszoo._links import doc
 from deszoo.errors import MaskedActionError, MasksIgnoredWarning, MissingActionError
 
 __all__ = ["InvalidActions", "MASK_WARNING_SHARE", "MASK_WARNING_AFTER", "WARNED"]
@@ -90,7 +91,7 @@ class InvalidActions:
             f"decision point ({self.replaced / decisions:.0%}) were masked out and "
             "replaced by random legal actions: the policy is not reading the masks "
             "(infos[agent]['action_mask'], or mask_in_obs=True). See "
-            "docs/compatibility.md#masks. Silence: warnings.filterwarnings('ignore', "
+            f"{doc('compatibility.md#masks')}. Silence: warnings.filterwarnings('ignore', "
             "category=deszoo.errors.MasksIgnoredWarning), or DESZOO_WARN_MASKS=0 for every "
             "process.", MasksIgnoredWarning, stacklevel=7)  # (the caller of env.step)
 

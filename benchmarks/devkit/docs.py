@@ -1,7 +1,7 @@
 """Scenario pages, generated: ``docs/envs/<name>.md`` from each scenario's module docstring
 and its declared parameters, so the documentation has one source.
 
-``python -m deszoo.docs`` writes the pages; ``python -m deszoo.docs --check`` fails if one is
+``python benchmarks/devkit/docs.py`` writes the pages; with ``--check`` it fails if one is
 out of date (``tests/test_docs.py`` runs it). A scenario's adapter docstring
 (``deszoo/envs/<name>/env.py``) is laid out as PettingZoo's env docstrings are: a summary
 line, paragraphs, one table (reStructuredText simple table), more paragraphs, a
@@ -22,7 +22,7 @@ from deszoo.registry import env_module, latest_versions
 
 __all__ = ["scenario_page", "write_pages"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 DOCS = ROOT / "docs" / "envs"
 
 
@@ -134,13 +134,14 @@ def write_pages(check: bool = False) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deszoo.docs", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python benchmarks/devkit/docs.py", description=__doc__)
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if a page is out of date")
     args = parser.parse_args(argv)
     stale = write_pages(check=args.check)
     if args.check and stale:
-        print(f"out of date (run python -m deszoo.docs): {', '.join(stale)}", file=sys.stderr)
+        print(f"out of date (run python benchmarks/devkit/docs.py): {', '.join(stale)}",
+              file=sys.stderr)
         return 1
     for path in stale:
         print(f"wrote {path}")

@@ -1,6 +1,6 @@
 """Side-by-side throughput of the vector backends, and where the parent's time goes.
 
-Run ``python -m deszoo.bench.sidebyside`` (``--help`` for options). It is a measurement,
+Run ``python benchmarks/sidebyside.py`` (``--help`` for options). It is a measurement,
 not a test: the machine is shared and has few cores, so compare ratios within one run.
 
 For each scenario it reports env-steps/s of a plain loop over the envs (no vector env),
@@ -24,8 +24,8 @@ from typing import Any
 
 import deszoo
 from deszoo.bench.machine import free_cores
+from deszoo.rollouts import legal_last
 from deszoo.vector import make_vec
-from deszoo.vector.testing import legal_last
 
 SCENARIOS = {
     "light": ("jobshop_v0", {}),

@@ -715,7 +715,7 @@ def _policy(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def _default_env() -> Callable[[], Any]:
-    from deszoo.vector.testing import ToyEnv
+    from devkit.toyenv import ToyEnv
 
     return ToyEnv
 
