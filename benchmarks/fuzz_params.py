@@ -20,12 +20,10 @@ import sys
 import time
 import warnings
 from collections import Counter
-from pathlib import Path
 
 # The fuzz is the tests' own machinery, next to them (not in the package).
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import deszoo  # noqa: E402
-from fuzz_params import WATCHDOG, params_of, run_case, values_for  # noqa: E402
+import deszoo
+from devkit.fuzz_params import WATCHDOG, params_of, run_case, values_for
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -11,7 +11,7 @@ import pytest
 import deszoo
 from deszoo.envs.warehouse.model import WarehouseModel
 from deszoo.errors import ConfigError
-from fuzz_params import run_case, single_cases
+from devkit.fuzz_params import run_case, single_cases
 
 
 # NumPy warns of the overflow where a rate of 5e-324 gives an infinite mean gap (no arrivals:

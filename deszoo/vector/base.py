@@ -510,10 +510,16 @@ class DeszooVecEnv(VectorEnv):
         if len(replies) < self._batch_workers:
             raise NoAsyncCallError(
                 "recv() without send(); call async_reset() or send() first", "recv")
+        handled = False
         try:
-            ws = [r.worker for r in replies]
-            rows = np.concatenate([np.arange(self.num_envs)[self._workers[i].rows] for i in ws])
-            self.faults.report(replies, "step")
+            with sigint_deferred():  # the repairs are done, or not begun
+                ws = [r.worker for r in replies]
+                rows = np.concatenate([np.arange(self.num_envs)[self._workers[i].rows]
+                                       for i in ws])
+                try:
+                    self.faults.report(replies, "step")
+                finally:
+                    handled = True
             out = self._recv_results(rows)
         except Exception as exc:  # a fault raised (on_error="raise"): the batch is given
             self.life.recv_workers, self.life.recv_rows = ws, rows
@@ -521,8 +527,9 @@ class DeszooVecEnv(VectorEnv):
             if hasattr(exc, "results"):
                 exc.results = self._recv_results(rows)
             raise
-        except BaseException:  # Ctrl-C: the batch (repaired) is the next recv()'s
-            self.pool.give_back([Reply(r.worker, "ok") for r in replies])
+        except BaseException:  # Ctrl-C: the batch is the next recv()'s (repaired once)
+            self.pool.give_back([Reply(r.worker, "ok") for r in replies] if handled
+                                else replies)
             raise
         self.life.recv_workers, self.life.recv_rows = ws, rows
         self.life.to(State.RECEIVED)

@@ -50,7 +50,7 @@ from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
 from deszoo.vector.options import option
-from deszoo.vector.pool import Reply, Transport, Worker, usable_cores
+from deszoo.vector.pool import Reply, Transport, Worker, sigint_deferred, usable_cores
 
 __all__ = ["ShmTransport", "ShmVecEnv", "SHM_OPTIONS"]
 
@@ -352,12 +352,13 @@ class ShmTransport(Transport):
                 p: _Proc = w.handle
                 if p.dead or p.sent == p.seq:
                     continue
-                try:
-                    p.msgs.send((p.seq, payloads[w.index] if per else payloads))
-                except OSError:  # it is gone: its sentinel tells how
-                    p.proc.join(1.0)
-                    p.dead = True
-                p.sent = p.seq
+                with sigint_deferred():  # a message cut in half would garble the pipe
+                    try:
+                        p.msgs.send((p.seq, payloads[w.index] if per else payloads))
+                    except OSError:  # it is gone: its sentinel tells how
+                        p.proc.join(1.0)
+                        p.dead = True
+                    p.sent = p.seq
 
     def _hand_out(self, ws: Sequence[Worker], command: str, code: int) -> None:
         """Write each worker's command into its slot (once per command: a worker that
@@ -482,15 +483,18 @@ class ShmTransport(Transport):
         try:
             if not p.msgs.poll(self.timeout):
                 return Reply(w.index, "hung")
-            if status == BOOT_FAILED:
-                reply = Reply(w.index, "boot_failed", detail=p.msgs.recv())
-            else:
-                _, failures, value = p.msgs.recv()
-                reply = Reply(w.index, "ok", failures, value)
+            # Read and kept as one: a message read in part is lost to the pipe, one read and
+            # not kept is lost to the next poll (the pipe is not idempotent, the slot is).
+            with sigint_deferred():
+                if status == BOOT_FAILED:
+                    reply = Reply(w.index, "boot_failed", detail=p.msgs.recv())
+                else:
+                    _, failures, value = p.msgs.recv()
+                    reply = Reply(w.index, "ok", failures, value)
+                p.kept = (p.expect, reply)
         except (EOFError, OSError):  # it died between its answer and its data
             p.proc.join(1.0)
             return Reply(w.index, "died", detail=_procs.exit_detail(p.proc))
-        p.kept = (p.expect, reply)
         return reply
 
     def stop(self, w: Worker) -> None:
