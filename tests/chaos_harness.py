@@ -113,6 +113,8 @@ STATE_FIELDS = ("state", "final_state")  # with state=True: infos["state"], fina
 ENV_CODE = frozenset({"step_arrays", "reset_arrays", "write_state", "_state_all"})
 # How many steps in a row a sigint_thread fault is tried until one lands.
 SPAM_TRIES = 20
+# How many times in a row a call after one cut short is tried under SIGINTs (then without).
+AGAIN = 3
 # Seconds a hung (stopped) worker in async mode may take beyond the timeout to be found.
 HUNG_SLACK = 3.0
 # Where a SIGINT lands in a step: a fault point of the vector env (FAULT_POINTS) -> (whether
@@ -624,6 +626,9 @@ class ChaosConfig:
             during a ``send`` and the next ``recv``).
         state: ``make_vec(state=True)`` (``env`` must have ``state()``): the states are
             checked too.
+        hung_slack: async mode: seconds beyond ``timeout`` within which a stopped or
+            killed worker must be found (a recv begun later that finds it is an error,
+            and so is one not found by then).
     """
 
     backend: str = "shm"
@@ -646,6 +651,7 @@ class ChaosConfig:
     options: dict = field(default_factory=dict)
     batch_size: int | None = None
     state: bool = False
+    hung_slack: float = HUNG_SLACK
 
     @property
     def is_async(self) -> bool:
@@ -1081,7 +1087,7 @@ class _Chaos:
         if self.echo is not None:
             self.echo(f"segment {seg} ({self.label}): steps {first}..{first + self.done - 1}; "
                       + rep.summary())
-        return self.done
+        return min(self.done, n)
 
     def _run_sync(self, vec: Any, replay: Replay, seg: int, first: int, n: int, mode: str,
                   seen: set[ProcId]) -> None:
@@ -1273,7 +1279,7 @@ class _Chaos:
             return out
         obs, rew, term, trunc, infos = result
         self._check(self._got(obs, infos, rew, term, trunc), replay.exp, replay.timed, t, mode)
-        if mode == "raise" and bool(hit) != (raised is not None):
+        if mode == "raise" and bool(hit) != (raised is not None) and not self.diverged:
             rep.errors += 1
             rep.note(f"step {t}: on_error='raise', envs {sorted(hit)} hit, raised {raised!r}")
         return out
@@ -1297,10 +1303,10 @@ class _Chaos:
         env moved: ``num_events``); the rows of the steps after it say whether it happened
         in full."""
         self._landed(t, "step")
-        for k in range(SPAM_TRIES + 1):
+        for k in range(AGAIN + 1):
             try:
                 with _watchdog(self.cfg.watchdog):
-                    if k < SPAM_TRIES:
+                    if k < AGAIN:
                         self.spam.call(vec.get_attr, "possible_agents")
                     else:
                         vec.get_attr("possible_agents")
@@ -1339,8 +1345,12 @@ class _Chaos:
                                                           enumerate(gens)}
         self.hung.clear()
         spam_recv, tries = False, 0
-        while self.done < n:
+        # A worker stopped or killed near the end is waited for (found, or overdue), with
+        # steps checked as before, at most 200 a second (not counted in the run's steps).
+        while self.done < n or self.hung:
             t = first + self.done
+            if self.done >= n:
+                time.sleep(0.005)
             self.done += 1
             landed = len(self.spam.landed)
             started = time.monotonic()
@@ -1364,8 +1374,8 @@ class _Chaos:
             self._check(got, {k: v[rows] for k, v in exp.items()}, replay.timed[rows], t, mode)
             acts = np.zeros(replay.rows, np.int64)
             acts[rows] = _policy(replay.mask[rows], policy)
-            fault = self.plan.get(t)
-            if fault is None and 0 < tries < SPAM_TRIES:
+            fault = self.plan.get(t) if self.done <= n else None  # none while waiting
+            if fault is None and 0 < tries < SPAM_TRIES and self.done <= n:
                 fault = _Fault("sigint_thread")  # the last one did not land
             spam = fault is not None and fault.kind == "sigint_thread"
             if fault is not None and not spam:
@@ -1378,15 +1388,14 @@ class _Chaos:
             spam_recv = spam
             for w in ws:
                 sent[w] = (np.where(worker_of_row == w, acts, 0), gens[w])
-        self._overdue(vec, first + self.done - 1, time.monotonic())
 
     def _recv(self, vec: Any, t: int, spam: bool) -> tuple:
         """``vec.recv()``, under SIGINTs if ``spam``; a ``recv`` cut short must leave its
         batch to the next (state SENT)."""
-        for k in range(SPAM_TRIES + 1):
+        for k in range(AGAIN + 1):
             try:
                 try:
-                    return self.spam.call(vec.recv) if spam and k < SPAM_TRIES else vec.recv()
+                    return self.spam.call(vec.recv) if spam and k < AGAIN else vec.recv()
                 except (SubEnvError, WorkerDiedError, WorkerTimeoutError) as exc:
                     if not hasattr(exc, "results"):
                         raise
@@ -1401,9 +1410,9 @@ class _Chaos:
     def _send(self, vec: Any, acts: np.ndarray, rows: np.ndarray, t: int, spam: bool) -> None:
         """``vec.send(acts, rows)``, under SIGINTs if ``spam``: a ``send`` cut short sent
         the actions (state SENT) or not (RECEIVED: it is sent again)."""
-        for k in range(SPAM_TRIES + 1):
+        for k in range(AGAIN + 1):
             try:
-                if spam and k < SPAM_TRIES:
+                if spam and k < AGAIN:
                     self.spam.call(vec.send, acts, rows)
                 else:
                     vec.send(acts, rows)
@@ -1418,8 +1427,8 @@ class _Chaos:
 
     def _overdue(self, vec: Any, t: int, now: float) -> None:
         """Async mode: a worker stopped (or killed) longer ago than the timeout and more
-        (:data:`HUNG_SLACK`), still not replaced while the others answer, is an error."""
-        limit = self.cfg.timeout + HUNG_SLACK
+        (``hung_slack``), still not replaced while the others answer, is an error."""
+        limit = self.cfg.timeout + self.cfg.hung_slack
         for w, (ident, when, gen) in list(self.hung.items()):
             if vec._workers[w].generation == gen and now - when > limit:
                 del self.hung[w]
@@ -1430,13 +1439,13 @@ class _Chaos:
 
     def _found(self, vec: Any, t: int, started: float) -> None:
         """Async mode: the workers replaced by the last ``recv``, which began at
-        ``started``: each must have been found within the timeout (and
-        :data:`HUNG_SLACK`) of its signal."""
+        ``started``: each must have been found within the timeout (and ``hung_slack``) of
+        its signal."""
         for w, (ident, when, gen) in list(self.hung.items()):
             if vec._workers[w].generation != gen:
                 del self.hung[w]
                 self.found.append(time.monotonic() - when)
-                if started - when > self.cfg.timeout + HUNG_SLACK:
+                if started - when > self.cfg.timeout + self.cfg.hung_slack:
                     self.report.errors += 1
                     self.report.note(f"step {t}: worker {w} (pid {ident[0]}) found hung or "
                                      f"dead {started - when:.1f} s after its signal (timeout "
