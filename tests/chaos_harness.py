@@ -833,8 +833,9 @@ class _Spammer:
 
     The first SIGINT of a call is sent after a delay uniform in ``[0, est)``, ``est`` the
     mean duration of recent calls, then one after each such delay until the call returns.
-    Python switches threads every 5 ms by default: less than a step of an in-process
-    backend, whose steps a SIGINT would then rarely reach; :meth:`start` lowers it.
+    Python switches threads every 5 ms by default: longer than a step of an in-process
+    backend, whose steps a SIGINT would then rarely reach; :meth:`start` lowers it to 20 us
+    (it costs only while the sender waits for the interpreter).
     """
 
     def __init__(self, seed: Sequence[int]):
@@ -854,7 +855,7 @@ class _Spammer:
     def start(self) -> None:
         self.old_handler = signal.signal(signal.SIGINT, self._handler)
         self.old_switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(self.old_switch, 0.0002))
+        sys.setswitchinterval(min(self.old_switch, 0.00002))
         self.thread = threading.Thread(target=self._run, daemon=True, name="chaos-sigint")
         self.thread.start()
 
