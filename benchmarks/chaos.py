@@ -1,14 +1,16 @@
 """A long chaos run of the vector backends (see ``devkit/chaos_harness.py``).
 
-Injects faults (SIGKILL, SIGSTOP of workers, SIGINT in the parent, exceptions and exits
-inside envs) at random steps, checks every result row against an undisturbed replay, and
-prints, per backend, the faults by kind, hangs, divergent rows, errors, and the processes
-and /dev/shm entries (shared memory, ``sem.*`` semaphores) left behind. Exit status 1 if
+Injects faults (SIGKILL, SIGSTOP of workers, SIGINT in the parent at declared fault points
+or sent to the process by another thread at random moments, exceptions and exits inside
+envs) at random steps, checks every result row against an undisturbed replay, and prints,
+per backend, the faults by kind, hangs, divergent rows, errors, and the processes and
+/dev/shm entries (shared memory, ``sem.*`` semaphores) left behind. Exit status 1 if
 anything went wrong.
 
     python benchmarks/chaos.py --backend shm,supersuit --faults 400 --steps 2000
     python benchmarks/chaos.py --backend ray --workers 2 --faults 50 --timeout 5
     python benchmarks/chaos.py --backend shm,supersuit --envs 6 --batch-size 3   # async
+    python benchmarks/chaos.py --env jobshop_v0 --preset small --state   # infos["state"] too
     python benchmarks/chaos.py --backend raynode --timeout 5      # Ray, per_node=True
     python benchmarks/chaos.py --backend raynode --timeout 5 --pools 2 --batch-size 3
 """
@@ -43,7 +45,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="faults the harness injects per backend (the envs add their own)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="async mode (recv/send) with this many envs per recv; harness "
-                        "faults sigkill and sigstop only")
+                        "faults sigkill, sigstop and sigint_thread")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kinds", default=",".join(HARNESS_KINDS),
                    help="harness faults to draw from (default: %(default)s)")
@@ -65,6 +67,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--env", default=None,
                    help="a registered scenario (default: the toy env of devkit.toyenv)")
     p.add_argument("--preset", default=None, help="the scenario's preset")
+    p.add_argument("--state", action="store_true",
+                   help="make_vec(state=True): infos['state'] checked too (--env with state())")
     p.add_argument("--start-method", default=None, help="fork, spawn or forkserver")
     p.add_argument("--pools", type=int, default=None,
                    help="raynode: split Ray's first node into this many node actors (one pool "
@@ -92,7 +96,7 @@ def config(args: argparse.Namespace, backend: str) -> ChaosConfig:
         segment_steps=args.segment_steps, env=args.env,
         env_kwargs=env_kwargs, raise_rate=args.raise_rate, exit_rate=args.exit_rate,
         timeout=args.timeout, watchdog=args.watchdog, options=options,
-        batch_size=args.batch_size,
+        batch_size=args.batch_size, state=args.state,
     )
 
 
@@ -115,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             rep.backend = backend
         reports.append(rep)
         print(rep.summary(), flush=True)
+        if rep.details():
+            print("   ", rep.details().replace("\n", "\n    "), flush=True)
         for note in rep.notes[:10]:
             print("   ", note.splitlines()[0][:300], flush=True)
     total = Counter()
@@ -137,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                 "faults": dict(r.faults), "hangs": r.hangs, "divergent_rows": r.divergent_rows,
                 "errors": r.errors, "leaked_processes": r.leaked_processes,
                 "leaked_shm": r.leaked_shm, "notes": r.notes, "seconds": r.seconds,
+                "sigints_sent": r.sigints_sent, "cut_calls": dict(r.cut_calls),
+                "raised_at": dict(r.raised_at), "found": r.found,
             } for r in reports], f, indent=1)
     return 1 if bad else 0
 

@@ -31,10 +31,24 @@ Faults (:data:`HARNESS_KINDS` are injected by the harness; the others by the env
     lost) or closed at once. The points are the vector env's declared fault points
     (``deszoo.vector.base.FAULT_POINTS``), reached through its ``fault_hook``: a point a
     step never reaches is an error of the run, never a test silently skipped.
+``sigint_thread``
+    ``SIGINT`` sent to the whole process by another thread (:class:`_Spammer`), as a
+    terminal's Ctrl-C is, at random moments of a vector env call (a step; async mode: a
+    ``recv`` and a ``send``), and again while the next call finishes a cut-short one. Only
+    the landed ones count (a ``KeyboardInterrupt`` raised by the call). Whether a cut-short
+    step happened is read from ``vec.num_events()`` once a call has finished it; a
+    ``KeyboardInterrupt`` raised inside an env's code (a ``step_arrays``, SimPy) is an
+    error, and so is async ``recv`` losing its batch or ``send`` half-sending.
 ``env_raise``
     an exception in one env's step or autoreset (:class:`ChaosFactory`'s schedule).
 ``env_exit``
     ``os._exit`` in one env's step: its worker dies mid-step (process backends only).
+
+``sigstop`` in async mode: the stopped worker must be replaced (or ``WorkerTimeoutError``
+raised) within the timeout while the other workers keep answering.
+
+With ``state=True`` (a scenario that has ``state()``) ``infos["state"]`` and SameStep's
+``infos["final_info"]["state"]`` are checked row by row too.
 
 Each run is cut in segments (a vector env each, alternately ``on_error="restart"`` and
 ``"raise"``, ``NextStep`` and ``SameStep``); after each ``close`` the run checks that no
@@ -82,7 +96,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-HARNESS_KINDS = ("sigkill", "sigstop", "sigint")
+HARNESS_KINDS = ("sigkill", "sigstop", "sigint", "sigint_thread")
+SIGINT_KINDS = ("sigint", "sigint_thread")  # no worker process needed
 ENV_KINDS = ("env_raise", "env_exit")
 IN_PROCESS = ("roundrobin",)  # backends without worker processes (also supersuit with 0-1)
 EXIT_CODE = 57  # what an env_exit fault exits with
@@ -92,6 +107,16 @@ ENV_ARRAYS = tuple(AGENT_ARRAYS)
 FIELDS = ("obs", "rew", "term", "trunc", "action_mask", "needs_action", "live",
           "invalid_action", "invalid_count", "restarted", "sim_time")
 SAME_STEP_FIELDS = ("final_obs", "_final_obs")
+STATE_FIELDS = ("state", "final_state")  # with state=True: infos["state"], final_info's
+# Where code runs inside an env's step or reset: a KeyboardInterrupt raised there is a defect
+# (the vector env holds Ctrl-C off around them).
+ENV_CODE = frozenset({"step_arrays", "reset_arrays", "write_state", "_state_all"})
+# How many steps in a row a sigint_thread fault is tried until one lands.
+SPAM_TRIES = 20
+# How many times in a row a call after one cut short is tried under SIGINTs (then without).
+AGAIN = 3
+# Seconds a hung (stopped) worker in async mode may take beyond the timeout to be found.
+HUNG_SLACK = 3.0
 # Where a SIGINT lands in a step: a fault point of the vector env (FAULT_POINTS) -> (whether
 # the step has reached the envs by then, whether the point is reached only when a worker is
 # lost: then a worker is killed on that step too). "settle" is the SIGINT again while the
@@ -243,12 +268,17 @@ class Replay:
         num_envs: envs in the batch.
         groups: ``(first, count)`` of each worker's envs (an ``env_exit`` fault ends all
             envs of its worker).
+        same_step: ``autoreset_mode="SameStep"``.
+        state: the vector env has ``state=True``: each row's ``infos["state"]`` is its
+            env's ``state()`` (and SameStep's ``final_info["state"]`` the ended episode's).
     """
 
     def __init__(self, factory: Callable[[], Any], num_envs: int,
-                 groups: Sequence[tuple[int, int]], same_step: bool = False):
+                 groups: Sequence[tuple[int, int]], same_step: bool = False,
+                 state: bool = False):
         self.factory = factory
         self.same_step = same_step
+        self.state = state
         self.envs = [factory() for _ in range(num_envs)]
         self.groups = [range(first, first + count) for first, count in groups]
         self.worker_of = {s: w for w, g in enumerate(self.groups) for s in g}
@@ -279,14 +309,21 @@ class Replay:
         if same_step:
             self.exp["final_obs"] = np.zeros_like(self.exp["obs"])
             self.exp["_final_obs"] = np.zeros(rows, bool)
-        self.timed = np.ones(rows, bool)  # rows whose sim_time is documented this step
+        if state:
+            self._state_row = np.zeros(env.state_space.shape, np.float32)
+            self.exp["state"] = np.zeros((rows, *env.state_space.shape), np.float32)
+            if same_step:
+                self.exp["final_state"] = np.zeros_like(self.exp["state"])
+        # rows whose sim_time (and state) is documented this step
+        self.timed = np.ones(rows, bool)
 
     @classmethod
     def of(cls, vec: Any, factory: ChaosFactory) -> Replay:
         """The replay of ``vec``, a vector env of ``factory``'s envs: its envs, its workers'
         groups and its autoreset mode."""
         return cls(factory.for_replay(), vec.num_sims,
-                   [(w.first, w.count) for w in vec._workers], same_step=vec._same_step)
+                   [(w.first, w.count) for w in vec._workers], same_step=vec._same_step,
+                   state=vec.sim_spec.state_dim > 0)
 
     @property
     def mask(self) -> np.ndarray:
@@ -305,6 +342,9 @@ class Replay:
         e["invalid_count"][r] = env.invalid_count
         e["restarted"][r] = False
         e["sim_time"][r] = env.now
+        if self.state:
+            env.write_state(self._state_row)
+            e["state"][r] = self._state_row
         self.timed[r] = True
 
     def _restarted(self, s: int) -> None:
@@ -394,6 +434,8 @@ class Replay:
         e, r = self.exp, slice(s * self.n, (s + 1) * self.n)
         e["final_obs"][r] = e["obs"][r]
         e["_final_obs"][r] = True
+        if self.state:
+            e["final_state"][r] = e["state"][r]
         keep = {k: e[k][r].copy() for k in ("rew", "term", "trunc", "invalid_action")}
         self.envs[s].reset_arrays(None)
         self._copy(s)
@@ -413,7 +455,7 @@ def compare(got: dict[str, np.ndarray], exp: dict[str, np.ndarray], timed: np.nd
     rows = len(timed)
     bad = np.zeros(rows, bool)
     notes: list[str] = []
-    for key in FIELDS + SAME_STEP_FIELDS:
+    for key in FIELDS + SAME_STEP_FIELDS + STATE_FIELDS:
         if key not in exp:
             continue
         a, b = np.asarray(got[key]), exp[key]
@@ -423,10 +465,12 @@ def compare(got: dict[str, np.ndarray], exp: dict[str, np.ndarray], timed: np.nd
             continue
         diff = (a.view(np.uint8).reshape(rows, -1) != b.view(np.uint8).reshape(rows, -1)
                 ).any(axis=1)
-        if key == "sim_time":
+        if key in ("sim_time", "state"):  # a lost env's clock and state are not documented
             diff &= timed
         elif key == "final_obs":  # other rows hold whatever an earlier step left there
             diff &= exp["_final_obs"]
+        elif key == "final_state":  # ... and a lost env's episode has no final state
+            diff &= exp["_final_obs"] & ~exp["restarted"]
         if diff.any():
             r = int(np.flatnonzero(diff)[0])
             notes.append(f"{key} row {r}: {a[r].tolist()}, expected {b[r].tolist()}")
@@ -578,7 +622,13 @@ class ChaosConfig:
         options: more ``make_vec`` options (``start_method``, ...).
         batch_size: below ``num_envs``: async mode, ``async_reset`` then ``recv`` and
             ``send`` (harness faults: ``sigkill`` and ``sigstop`` of any worker, idle or
-            with a step in flight, between a ``recv`` and its ``send``).
+            with a step in flight, between a ``recv`` and its ``send``; ``sigint_thread``
+            during a ``send`` and the next ``recv``).
+        state: ``make_vec(state=True)`` (``env`` must have ``state()``): the states are
+            checked too.
+        hung_slack: async mode: seconds beyond ``timeout`` within which a stopped or
+            killed worker must be found (a recv begun later that finds it is an error,
+            and so is one not found by then).
     """
 
     backend: str = "shm"
@@ -600,6 +650,8 @@ class ChaosConfig:
     watchdog: float = 120.0
     options: dict = field(default_factory=dict)
     batch_size: int | None = None
+    state: bool = False
+    hung_slack: float = HUNG_SLACK
 
     @property
     def is_async(self) -> bool:
@@ -627,6 +679,11 @@ class ChaosReport:
     leaked_shm: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    sigints_sent: int = 0  # sigint_thread: SIGINTs sent (those that cut a call: faults)
+    raised_at: Counter = field(default_factory=Counter)  # ... where their KeyboardInterrupts
+    # async: seconds from a worker's SIGKILL or SIGSTOP to the end of the recv that found it
+    found: list[float] = field(default_factory=list)
+    cut_calls: Counter = field(default_factory=Counter)  # sigint_thread: the calls it cut
 
     @property
     def leaked_sem(self) -> int:
@@ -652,6 +709,21 @@ class ChaosReport:
             f"leaked sem {self.leaked_sem}; {self.seconds:.1f} s"
         )
 
+    def details(self) -> str:
+        """The sigint_thread figures (SIGINTs sent, calls cut, where) and async mode's
+        times to find a lost worker, in a line each (empty if none)."""
+        lines = []
+        if self.sigints_sent:
+            cut = ", ".join(f"{k} {v}" for k, v in sorted(self.cut_calls.items()))
+            where = ", ".join(f"{k} {v}" for k, v in self.raised_at.most_common(6))
+            lines.append(f"sigint_thread: {self.sigints_sent} SIGINTs sent, calls cut: {cut}; "
+                         f"raised at: {where}")
+        if self.found:
+            f = np.array(self.found)
+            lines.append(f"async: {len(f)} lost workers found, {np.median(f):.2f} s median, "
+                         f"{f.max():.2f} s at most after the signal")
+        return "\n".join(lines)
+
 
 @dataclass
 class _Fault:
@@ -673,6 +745,7 @@ class _Carry:
     interrupted: bool = False
     again: bool = False
     closed: bool = False
+    spam: int = 0  # a sigint_thread fault that has not landed yet: the steps it was tried
 
 
 @contextlib.contextmanager
@@ -747,6 +820,108 @@ class _Interrupt:
             self.handler = None
 
 
+class _Spammer:
+    """Another thread that sends ``SIGINT`` to the whole process (``os.kill(getpid())``, as
+    a terminal's Ctrl-C: the OS hands it to any thread that does not block it) at random
+    moments while a vector env call runs (:meth:`call`).
+
+    The harness's own code is never cut: while a run has this fault, Python's handler is
+    :meth:`_handler`, which raises ``KeyboardInterrupt`` (as ``signal.default_int_handler``
+    does) only while :meth:`call` is running its call, and not once that call has returned
+    into :meth:`call`. One SIGINT more than were sent is a real Ctrl-C: it is raised wherever
+    it lands (held-off ones may come late: a vector env raises them when its block ends).
+
+    The first SIGINT of a call is sent after a delay uniform in ``[0, est)``, ``est`` the
+    mean duration of recent calls, then one after each such delay until the call returns.
+    Python switches threads every 5 ms by default: longer than a step of an in-process
+    backend, whose steps a SIGINT would then rarely reach; :meth:`start` lowers it to 20 us
+    (it costs only while the sender waits for the interpreter).
+    """
+
+    def __init__(self, seed: Sequence[int]):
+        self.rng = np.random.default_rng(list(seed))
+        self.est = 0.001  # seconds: the mean duration of a call (updated by each call)
+        self.armed = False
+        self.go = threading.Event()
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.sent = 0
+        self.handled = 0  # SIGINTs handled (never more than sent, unless one came from outside)
+        self.landed: list[tuple[str, str | None]] = []  # (innermost frame, env frame or None)
+        self.thread: threading.Thread | None = None
+        self.old_handler: Any = None
+        self.old_switch = 0.0
+
+    def start(self) -> None:
+        self.old_handler = signal.signal(signal.SIGINT, self._handler)
+        self.old_switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self.old_switch, 0.00002))
+        self.thread = threading.Thread(target=self._run, daemon=True, name="chaos-sigint")
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.go.set()
+        if self.thread is not None:
+            self.thread.join()
+        sys.setswitchinterval(self.old_switch)
+        signal.signal(signal.SIGINT, self.old_handler)
+
+    def _run(self) -> None:
+        pid = os.getpid()
+        while not self.stop.is_set():
+            self.go.wait()
+            while self.go.is_set() and not self.stop.is_set():
+                time.sleep(float(self.rng.uniform(0, self.est)))
+                with self.lock:
+                    if self.go.is_set() and not self.stop.is_set():
+                        self.sent += 1  # before: the handler may run before kill returns
+                        os.kill(pid, signal.SIGINT)
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.handled += 1
+        if self.armed:
+            if frame is not None and frame.f_code is _Spammer.call.__code__:
+                return  # the call has returned: too late to cut it
+            raise KeyboardInterrupt
+        if self.handled > self.sent:
+            raise KeyboardInterrupt  # more SIGINTs than were sent: a real Ctrl-C
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` with SIGINTs sent meanwhile; a ``KeyboardInterrupt`` it raises is
+        recorded (where it was raised) and propagates."""
+        start = time.monotonic()
+        self.armed = True
+        self.go.set()
+        try:
+            return fn(*args)
+        except KeyboardInterrupt as exc:
+            self.armed = False
+            self.landed.append(_raised_at(exc.__traceback__))
+            raise
+        finally:
+            self.armed = False
+            self.go.clear()
+            with self.lock:  # no SIGINT is being sent once this returns
+                pass
+            self.est = 0.9 * self.est + 0.1 * (time.monotonic() - start)
+
+
+def _raised_at(tb: Any) -> tuple[str, str | None]:
+    """Where a ``KeyboardInterrupt`` was raised (the innermost frame), and the innermost
+    frame of env code on its way (:data:`ENV_CODE`, SimPy), if any."""
+    where = env = None
+    for frame, line in traceback.walk_tb(tb):
+        code = frame.f_code
+        if code is _Spammer._handler.__code__:
+            continue
+        name = f"{os.path.basename(code.co_filename)}:{line} {code.co_name}"
+        where = name
+        if code.co_name in ENV_CODE or f"{os.sep}simpy{os.sep}" in code.co_filename:
+            env = name
+    return where or "?", env
+
+
 class _BootKiller:
     """Kills the first new child process (a replacement worker, while it boots)."""
 
@@ -788,11 +963,16 @@ class _Chaos:
         )
         kinds = [k for k in cfg.kinds if k in HARNESS_KINDS]
         if not cfg.has_processes:
-            kinds = [k for k in kinds if k == "sigint"]
+            kinds = [k for k in kinds if k in SIGINT_KINDS]
         if cfg.is_async:
             kinds = [k for k in kinds if k != "sigint"]
         self.kinds = kinds
         self.plan = self._plan()
+        self.spam = _Spammer([cfg.seed, 3])
+        self.where: Counter = Counter()  # where sigint_thread's KeyboardInterrupts were raised
+        self.hung: dict[int, tuple[ProcId, float, int]] = {}  # async: signalled workers
+        self.found: list[float] = []  # async: seconds from a signal to the recv that found it
+        self.calls: Counter = Counter()  # sigint_thread: the calls cut, by name
 
     def _plan(self) -> dict[int, _Fault]:
         """Fault steps (odd steps, so none follows another) and what each one is: the
@@ -828,13 +1008,23 @@ class _Chaos:
     def run(self) -> ChaosReport:
         start = time.monotonic()
         step, seg = 0, 0
-        while step < self.cfg.steps:
-            n = min(self.cfg.segment_steps, self.cfg.steps - step)
-            mode = self.cfg.on_error
-            if mode == "both":
-                mode = "restart" if seg % 2 == 0 else "raise"
-            step += max(self._segment(seg, step, n, mode), 1)  # a failed build: skip a step
-            seg += 1
+        if "sigint_thread" in self.kinds:
+            self.spam.start()
+        try:
+            while step < self.cfg.steps:
+                n = min(self.cfg.segment_steps, self.cfg.steps - step)
+                mode = self.cfg.on_error
+                if mode == "both":
+                    mode = "restart" if seg % 2 == 0 else "raise"
+                step += max(self._segment(seg, step, n, mode), 1)  # a failed build: skip
+                seg += 1
+        finally:
+            if "sigint_thread" in self.kinds:
+                self.spam.close()
+        self.report.raised_at = self.where
+        self.report.sigints_sent = self.spam.sent
+        self.report.found = self.found
+        self.report.cut_calls = self.calls
         self.report.steps = step
         self.report.segments = seg
         self.report.seconds = time.monotonic() - start
@@ -849,6 +1039,8 @@ class _Chaos:
             opts["num_workers"] = cfg.num_workers
         if cfg.is_async:
             opts["batch_size"] = cfg.batch_size
+        if cfg.state:
+            opts["state"] = True
         return make_vec(self.factory, cfg.num_envs, backend=cfg.backend, seed=self._seed(seg),
                         timeout=cfg.timeout, on_error=mode,
                         autoreset_mode=self._autoreset(seg), **opts)
@@ -896,7 +1088,7 @@ class _Chaos:
         if self.echo is not None:
             self.echo(f"segment {seg} ({self.label}): steps {first}..{first + self.done - 1}; "
                       + rep.summary())
-        return self.done
+        return min(self.done, n)
 
     def _run_sync(self, vec: Any, replay: Replay, seg: int, first: int, n: int, mode: str,
                   seen: set[ProcId]) -> None:
@@ -913,6 +1105,9 @@ class _Chaos:
             fault = self.plan.get(t) if self.done < n else None
             if fault is not None and (carry.late or carry.interrupted):
                 fault = None  # one fault at a time
+            if (fault is None and 0 < carry.spam < SPAM_TRIES and self.done < n
+                    and not (carry.late or carry.interrupted)):
+                fault = _Fault("sigint_thread")  # the last one did not land
             self.done += 1
             carry = self._step(vec, replay, policy, t, fault, carry, mode, seen)
             if carry.closed:
@@ -933,7 +1128,9 @@ class _Chaos:
              trunc: Any = None) -> dict:
         """A step's (or a reset's: no rewards, no flags) results by field name."""
         rows = len(obs)
-        out = {k: infos[k] for k in FIELDS + SAME_STEP_FIELDS if k in infos}
+        out = {k: infos[k] for k in FIELDS + SAME_STEP_FIELDS + ("state",) if k in infos}
+        if "state" in infos.get("final_info", {}):
+            out["final_state"] = infos["final_info"]["state"]
         out["obs"] = obs
         out["rew"] = np.zeros(rows, np.float32) if rew is None else rew
         out["term"] = np.zeros(rows, bool) if term is None else term
@@ -959,6 +1156,8 @@ class _Chaos:
         timer = interrupt = killer = None
         target: ProcId | None = None
         kill = fault is not None and fault.kind in ("sigkill", "sigstop")
+        spam = fault is not None and fault.kind == "sigint_thread"
+        before = vec.num_events() if spam else None
         point = None
         if fault is not None and fault.kind == "sigint":
             point = fault.point
@@ -1000,7 +1199,9 @@ class _Chaos:
                                         (target, sig))
             if kind == "sigkill" and fault.twice:
                 killer = _BootKiller()
-        if fault is not None or point is not None:
+        if spam:
+            self.events.append(f"step {t}: sigint_thread (try {carry.spam + 1})")
+        elif fault is not None or point is not None:
             self.events.append(f"step {t}: {fault.kind if fault else 'sigint'} "
                                + (f"at {point}" if point else f"{fault.timing} worker "
                                   f"{fault.worker}") + (" twice" if killer else "")
@@ -1012,7 +1213,7 @@ class _Chaos:
                 if timer is not None:
                     timer.start()
                 try:
-                    result = vec.step(acts)
+                    result = self.spam.call(vec.step, acts) if spam else vec.step(acts)
                 except (SubEnvError, WorkerDiedError, WorkerTimeoutError) as exc:
                     if not hasattr(exc, "results"):
                         raise
@@ -1047,8 +1248,18 @@ class _Chaos:
             rep.errors += 1
             rep.note(f"step {t}: SIGINT at {point} raised no KeyboardInterrupt"
                      + ("" if interrupt.reached else " (the step never reached that point)"))
-        if interrupted and interrupt is None:
+        if interrupted and interrupt is None and not spam:
             raise KeyboardInterrupt  # a real Ctrl-C: stop the run
+        if spam and not interrupted:
+            out.spam = carry.spam + 1  # no SIGINT landed in time: try again
+        elif spam:
+            out.interrupted = False  # finished here, as a user would (or closed)
+            if fault.close:
+                with _watchdog(cfg.watchdog):
+                    vec.close()
+                out.closed = True
+                return out
+            applied = self._spammed(vec, t, before)
         # What the step did, in the replay.
         hit: set[int] = set()
         if not interrupted or applied:
@@ -1066,20 +1277,62 @@ class _Chaos:
                 with _watchdog(cfg.watchdog):
                     vec.close()
                 out.closed = True
-            out.again = fault is not None and fault.again
+            out.again = fault is not None and fault.again and not spam
             return out
         obs, rew, term, trunc, infos = result
         self._check(self._got(obs, infos, rew, term, trunc), replay.exp, replay.timed, t, mode)
-        if mode == "raise" and bool(hit) != (raised is not None):
+        if mode == "raise" and bool(hit) != (raised is not None) and not self.diverged:
             rep.errors += 1
             rep.note(f"step {t}: on_error='raise', envs {sorted(hit)} hit, raised {raised!r}")
         return out
+
+    def _landed(self, t: int, call: str) -> None:
+        """A sigint_thread SIGINT cut call ``call`` short: count it; one raised inside an
+        env's code is an error."""
+        self.report.faults["sigint_thread"] += 1
+        self.calls[call] += 1
+        where, env = self.spam.landed[-1]
+        self.where[where] += 1
+        self.events.append(f"step {t}: sigint_thread cut {call}() at {where}")
+        if env is not None:
+            self.report.errors += 1
+            self.report.note(f"step {t}: KeyboardInterrupt raised inside env code ({env}; "
+                             f"innermost {where}) during {call}()")
+
+    def _spammed(self, vec: Any, t: int, before: np.ndarray) -> bool:
+        """A step was cut short by a sigint_thread SIGINT: finish it as a user would (the
+        next call, here ``get_attr``, under SIGINTs too), and tell whether it happened (an
+        env moved: ``num_events``); the rows of the steps after it say whether it happened
+        in full."""
+        self._landed(t, "step")
+        for k in range(AGAIN + 1):
+            try:
+                with _watchdog(self.cfg.watchdog):
+                    if k < AGAIN:
+                        self.spam.call(vec.get_attr, "possible_agents")
+                    else:
+                        vec.get_attr("possible_agents")
+                break
+            except KeyboardInterrupt:
+                self._landed(t, "get_attr")
+        if vec.state is not State.READY:
+            self.report.errors += 1
+            self.report.note(f"step {t}: state {vec.state.name} after a call finished a step "
+                             "cut short")
+        moved = vec.num_events() != before
+        self.events.append(f"step {t}: envs {np.flatnonzero(moved).tolist()} moved; "
+                           f"generations {[w.generation for w in vec._workers]}")
+        return bool(moved.any())
 
     def _run_async(self, vec: Any, replay: Replay, seg: int, first: int, n: int, mode: str,
                    seen: set[ProcId]) -> None:
         """Steps ``first .. first + n - 1`` in async mode: each ``recv``'s rows are checked
         against the replay of their workers' last ``send``; a worker whose generation
-        changed since that ``send`` (it died or hung and was replaced) lost that step."""
+        changed since that ``send`` (it died or hung and was replaced) lost that step.
+
+        A ``sigint_thread`` fault spams the ``send`` of its step and the next ``recv``: a
+        ``recv`` cut short leaves its batch to the next one (state SENT), a ``send`` cut
+        short sent its actions (SENT) or not (RECEIVED: sent again)."""
         rep, cfg = self.report, self.cfg
         policy = np.random.default_rng([cfg.seed, 2, seg])
         worker_of_row = np.repeat(np.arange(len(replay.groups)),
@@ -1092,16 +1345,21 @@ class _Chaos:
         # and its generation then
         sent: dict[int, tuple[np.ndarray | None, int]] = {w: (None, g) for w, g in
                                                           enumerate(gens)}
-        while self.done < n:
+        self.hung.clear()
+        spam_recv, tries = False, 0
+        # A worker stopped or killed near the end is waited for (found, or overdue), with
+        # steps checked as before, at most 200 a second (not counted in the run's steps).
+        while self.done < n or self.hung:
             t = first + self.done
+            if self.done >= n:
+                time.sleep(0.005)
             self.done += 1
+            landed = len(self.spam.landed)
+            started = time.monotonic()
+            self._overdue(vec, t, started)
             with _watchdog(cfg.watchdog):
-                try:
-                    result = vec.recv()
-                except (SubEnvError, WorkerDiedError, WorkerTimeoutError) as exc:
-                    if not hasattr(exc, "results"):
-                        raise
-                    result = exc.results
+                result = self._recv(vec, t, spam_recv)
+            self._found(vec, t, started)
             obs, rew, term, trunc, infos = result
             rows = infos["env_id"]
             ws = list(dict.fromkeys(worker_of_row[rows].tolist()))
@@ -1118,14 +1376,82 @@ class _Chaos:
             self._check(got, {k: v[rows] for k, v in exp.items()}, replay.timed[rows], t, mode)
             acts = np.zeros(replay.rows, np.int64)
             acts[rows] = _policy(replay.mask[rows], policy)
-            fault = self.plan.get(t)
-            if fault is not None:
+            fault = self.plan.get(t) if self.done <= n else None  # none while waiting
+            if fault is None and 0 < tries < SPAM_TRIES and self.done <= n:
+                fault = _Fault("sigint_thread")  # the last one did not land
+            spam = fault is not None and fault.kind == "sigint_thread"
+            if fault is not None and not spam:
                 self._signal_async(vec, fault, t, ws, seen)
             gens = [w.generation for w in vec._workers]
             with _watchdog(cfg.watchdog):
-                vec.send(acts[rows], rows)
+                self._send(vec, acts[rows], rows, t, spam)
+            if spam_recv or spam:  # landed in this recv or send, or tried again
+                tries = 0 if len(self.spam.landed) > landed else tries + 1
+            spam_recv = spam
             for w in ws:
                 sent[w] = (np.where(worker_of_row == w, acts, 0), gens[w])
+
+    def _recv(self, vec: Any, t: int, spam: bool) -> tuple:
+        """``vec.recv()``, under SIGINTs if ``spam``; a ``recv`` cut short must leave its
+        batch to the next (state SENT)."""
+        for k in range(AGAIN + 1):
+            try:
+                try:
+                    return self.spam.call(vec.recv) if spam and k < AGAIN else vec.recv()
+                except (SubEnvError, WorkerDiedError, WorkerTimeoutError) as exc:
+                    if not hasattr(exc, "results"):
+                        raise
+                    return exc.results
+            except KeyboardInterrupt:
+                self._landed(t, "recv")
+                if vec.state is not State.SENT:
+                    raise RuntimeError(f"step {t}: recv() cut short by Ctrl-C left state "
+                                       f"{vec.state.name}: its batch is lost") from None
+        raise AssertionError("unreachable")
+
+    def _send(self, vec: Any, acts: np.ndarray, rows: np.ndarray, t: int, spam: bool) -> None:
+        """``vec.send(acts, rows)``, under SIGINTs if ``spam``: a ``send`` cut short sent
+        the actions (state SENT) or not (RECEIVED: it is sent again)."""
+        for k in range(AGAIN + 1):
+            try:
+                if spam and k < AGAIN:
+                    self.spam.call(vec.send, acts, rows)
+                else:
+                    vec.send(acts, rows)
+                return
+            except KeyboardInterrupt:
+                self._landed(t, "send")
+                if vec.state is State.SENT:
+                    return
+                if vec.state is not State.RECEIVED:
+                    raise RuntimeError(f"step {t}: send() cut short by Ctrl-C left state "
+                                       f"{vec.state.name}") from None
+
+    def _overdue(self, vec: Any, t: int, now: float) -> None:
+        """Async mode: a worker stopped (or killed) longer ago than the timeout and more
+        (``hung_slack``), still not replaced while the others answer, is an error."""
+        limit = self.cfg.timeout + self.cfg.hung_slack
+        for w, (ident, when, gen) in list(self.hung.items()):
+            if vec._workers[w].generation == gen and now - when > limit:
+                del self.hung[w]
+                self.report.errors += 1
+                self.report.note(f"step {t}: worker {w} (pid {ident[0]}) hung or dead for "
+                                 f"{now - when:.1f} s and not replaced (timeout "
+                                 f"{self.cfg.timeout:g} s)")
+
+    def _found(self, vec: Any, t: int, started: float) -> None:
+        """Async mode: the workers replaced by the last ``recv``, which began at
+        ``started``: each must have been found within the timeout (and ``hung_slack``) of
+        its signal."""
+        for w, (ident, when, gen) in list(self.hung.items()):
+            if vec._workers[w].generation != gen:
+                del self.hung[w]
+                self.found.append(time.monotonic() - when)
+                if started - when > self.cfg.timeout + self.cfg.hung_slack:
+                    self.report.errors += 1
+                    self.report.note(f"step {t}: worker {w} (pid {ident[0]}) found hung or "
+                                     f"dead {started - when:.1f} s after its signal (timeout "
+                                     f"{self.cfg.timeout:g} s)")
 
     def _signal_async(self, vec: Any, fault: _Fault, t: int, idle: list[int],
                       seen: set[ProcId]) -> None:
@@ -1139,6 +1465,8 @@ class _Chaos:
         seen.add(target)
         sig = signal.SIGKILL if fault.kind == "sigkill" else signal.SIGSTOP
         if signal_proc(target, sig):
+            self.hung[fault.worker] = (target, time.monotonic(), vec._workers[fault.worker]
+                                       .generation)
             self.report.faults[fault.kind] += 1
             state = "idle" if fault.worker in idle else "busy"
             self.events.append(f"step {t}: {fault.kind} {state} worker {fault.worker} "
