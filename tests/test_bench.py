@@ -453,7 +453,7 @@ def test_recommend_picks_the_fastest():
     ]
     rec = recommend({"rows": rows})
     assert rec["fastest"] is rec["vector"] is rows[0] and rec["compact"] is rows[1]
-    assert "num_envs=16" in rec["snippet"] and "num_workers=2" in rec["snippet"]
+    assert "num_sims=16" in rec["snippet"] and "num_workers=2" in rec["snippet"]
 
 
 # ---- CLI and the pytest-benchmark suite ---------------------------------------------------
