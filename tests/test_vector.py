@@ -612,13 +612,20 @@ def test_options_are_declared_once_and_documented():
     from deszoo.vector import BACKENDS, option_names
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "vector.md").read_text()
+    # The option table: | `name` | backends | `default` | accepts | meaning |; num_workers
+    # is an argument of make_vec, in the arguments table.
+    table = dict(re.findall(r"^\| `(\w+)` \| [^|]+ \| `([^`]+)` \|", doc, re.MULTILINE))
+    assert "| `num_workers` |" in doc
+    table["num_workers"] = "None"
     for name, backends in option_names().items():
-        assert f"`{name}`" in doc, f"option {name!r} ({backends}) is not in docs/vector.md"
+        assert name in table, f"option {name!r} ({backends}) is not in docs/vector.md's table"
     for cls in BACKENDS.values():
         names = [o.name for o in cls.declared()]
         assert len(names) == len(set(names)), cls
         for o in cls.declared():
             assert o.expects and o.doc and (o.default is None or o.accepts(o.default)), o
+            said = f'"{o.default}"' if isinstance(o.default, str) else repr(o.default)
+            assert table[o.name] == said, f"docs/vector.md: {o.name} defaults to {said}"
 
 
 def test_a_registered_backend_needs_no_change_to_make_vec(monkeypatch):
