@@ -438,8 +438,8 @@ def test_recommend_prefers_a_vector_env_and_says_when_serial_is_faster():
     ]
     rec = recommend({"rows": rows})
     assert rec["fastest"] is rows[0] and rec["vector"] is rows[1]
-    assert rec["snippet"] == ("deszoo.vector.make_vec('s', num_envs=2, backend='roundrobin', "
-                              "preset='p')")
+    assert rec["snippet"] == ("deszoo.vector.make_vec('s', num_sims=2, backend='roundrobin', "
+                              "env_kwargs={'preset': 'p'})")
 
 
 def test_recommend_picks_the_fastest():
@@ -453,7 +453,7 @@ def test_recommend_picks_the_fastest():
     ]
     rec = recommend({"rows": rows})
     assert rec["fastest"] is rec["vector"] is rows[0] and rec["compact"] is rows[1]
-    assert "num_envs=16" in rec["snippet"] and "num_workers=2" in rec["snippet"]
+    assert "num_sims=16" in rec["snippet"] and "num_workers=2" in rec["snippet"]
 
 
 # ---- CLI and the pytest-benchmark suite ---------------------------------------------------
@@ -485,7 +485,7 @@ def test_cli_autotune_tiny(capsys):
                "--modes", modes, "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert "recommended: deszoo.vector.make_vec('jobshop_v0', num_envs=" in out
+    assert "recommended: deszoo.vector.make_vec('jobshop_v0', num_sims=" in out
 
 
 def test_benchmark_suite_still_runs():

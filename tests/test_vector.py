@@ -464,7 +464,7 @@ def test_make_vec_rejects_bad_arguments():
         make_vec("jobshop_v0", 2, backend="roundrobin", start_method="spawn")
     with pytest.raises(ConfigError, match="runs every env in the calling process"):
         make_vec("jobshop_v0", 2, backend="roundrobin", num_workers=2)
-    with pytest.raises(ConfigError, match="num_workers=0 must be None or an int >= 1"):
+    with pytest.raises(ConfigError, match="num_workers=0 must be None or a positive int"):
         make_vec("jobshop_v0", 2, backend="shm", num_workers=0)
     with pytest.raises(ConfigError, match="more than num_envs"):
         make_vec("jobshop_v0", 2, backend="shm", num_workers=3)
@@ -479,19 +479,28 @@ def test_make_vec_rejects_bad_arguments():
         make_vec("jobshop_v0", 4, backend="shm", num_workers=2, batch_size=3)
 
 
-# option, a wrong value, what the message says is expected (issue 19: these were accepted)
+# option, a wrong value, what the message says is expected (issue 19: these were accepted;
+# issue 37: numbers out of range, which hung or overflowed later)
+SECONDS = "a finite number x with 0.001 <= x <= 1,000,000"
 WRONG_TYPES = [
-    ("timeout", True, "a number > 0"),
-    ("timeout", "5", "a number > 0"),
-    ("timeout", float("inf"), "a number > 0"),
-    ("copy", "x", "a bool"),
-    ("copy", 1, "a bool"),
+    ("timeout", True, SECONDS),
+    ("timeout", "5", SECONDS),
+    ("timeout", float("inf"), SECONDS),
+    ("timeout", 5e-324, SECONDS),  # every reset failed: "failed to restart 3 times"
+    ("timeout", 1e300, SECONDS),
+    ("timeout", 0, SECONDS),
+    ("copy", "x", "True or False"),
+    ("copy", 1, "True or False"),
     ("on_error", True, "one of 'raise', 'restart'"),
-    ("batch_size", 2.0, "None or an int >= 1"),
-    ("num_workers", True, "None or an int >= 1"),
-    ("num_workers", 1.0, "None or an int >= 1"),
-    ("spin_us", "10", "None or a number >= 0"),
-    ("close_timeout", None, "a number >= 0"),
+    ("batch_size", 2.0, "None or a positive int"),
+    ("num_workers", True, "None or a positive int"),
+    ("num_workers", 1.0, "None or a positive int"),
+    ("spin_us", "10", "None or a finite number x with 0 <= x <= 1,000,000"),
+    ("spin_us", 1e7, "None or a finite number x with 0 <= x <= 1,000,000"),
+    ("close_timeout", None, "a finite number x with 0 <= x <= 1,000,000"),
+    ("close_timeout", 2**63, "a finite number x with 0 <= x <= 1,000,000"),  # close() overflowed
+    ("close_timeout", 1e300, "a finite number x with 0 <= x <= 1,000,000"),
+    ("close_timeout", -1, "a finite number x with 0 <= x <= 1,000,000"),
     ("start_method", 3, "None or a str"),
 ]
 
@@ -512,6 +521,89 @@ def test_make_vec_checks_option_types(name, value, expects):
             make_vec(toy(), 2, backend=backend, **{name: value})
 
 
+def test_option_bounds_and_numpy_scalars():
+    """Every number option is bounded on both sides (the edges are accepted), and NumPy
+    scalars are accepted and made plain Python values, as scenario parameters are."""
+    from deszoo.vector.options import check_options
+    from deszoo.vector.shm import ShmVecEnv
+
+    edges = {"timeout": 1e-3, "close_timeout": 0, "spin_us": 1e6}
+    assert check_options(ShmVecEnv.declared(), edges, "w")["spin_us"] == 1e6
+    edges = {"timeout": 1e6, "close_timeout": 1e6, "spin_us": 0}
+    assert check_options(ShmVecEnv.declared(), edges, "w")["timeout"] == 1e6
+    numpy = {"timeout": np.float32(1.5), "close_timeout": np.float64(0.5),
+             "spin_us": np.int64(0), "copy": np.bool_(False), "batch_size": np.int32(1)}
+    opts = check_options(ShmVecEnv.declared(), numpy, "w")
+    for name, value in numpy.items():
+        assert opts[name] == value.item() and type(opts[name]) is type(value.item()), name
+    vec = make_vec(toy(), np.int64(2), backend="shm", num_workers=np.int64(2),
+                   timeout=np.float32(1.0), close_timeout=np.float32(1.0), seed=0)
+    try:
+        assert vec.num_sims == 2 and vec.num_workers == 2 and vec.timeout == 1.0
+        assert vec.reset(seed=1)[0].shape == (6, 3)
+    finally:
+        vec.close()
+
+
+def test_env_kwargs_apart_from_backend_options():
+    """Scenario arguments go in env_kwargs, backend options in **options; the mixed form of
+    earlier versions still works (undeclared names are scenario arguments) and gives the
+    same env."""
+    a = make_vec("jobshop_v0", 2, backend="roundrobin", env_kwargs={"preset": "small"},
+                 timeout=5)
+    b = make_vec("jobshop_v0", 2, backend="roundrobin", preset="small", timeout=5)
+    try:
+        assert a.timeout == b.timeout == 5.0
+        assert_same_rollouts(rollout(a, 20, seed=3), rollout(b, 20, seed=3), "env_kwargs")
+    finally:
+        a.close()
+        b.close()
+    with pytest.raises(ConfigError, match=r"preset='small' is not a backend option; scenario "
+                                          r"arguments go in env_kwargs"):
+        make_vec("jobshop_v0", 2, backend="roundrobin", env_kwargs={}, preset="small")
+    with pytest.raises(ConfigError, match="env_kwargs=.* must be a dict"):
+        make_vec("jobshop_v0", 2, backend="roundrobin", env_kwargs=[("preset", "small")])
+    with pytest.raises(ConfigError, match="unknown argument"):
+        make_vec("jobshop_v0", 2, backend="roundrobin", env_kwargs={"timeout": 5})
+    with pytest.raises(ConfigError, match="factory"):
+        make_vec(toy(), 2, backend="roundrobin", env_kwargs={"preset": "small"})
+
+
+def test_num_sims_and_the_deprecated_num_envs():
+    """The count of simulations is num_sims (vec.num_envs counts rows); num_envs= still
+    works for one version, with a DeprecationWarning."""
+    vec = make_vec(toy(), num_sims=2, backend="roundrobin")
+    assert (vec.num_sims, vec.num_envs) == (2, 6)
+    vec.close()
+    with pytest.warns(DeprecationWarning, match="num_envs=.* is deprecated: use num_sims="):
+        vec = make_vec(toy(), num_envs=2, backend="roundrobin")
+    assert vec.num_sims == 2
+    vec.close()
+    with pytest.raises(ConfigError, match="two names of one count"):
+        make_vec(toy(), 2, num_envs=2, backend="roundrobin")
+    with pytest.raises(ConfigError, match="needs num_sims"):
+        make_vec(toy(), backend="roundrobin")
+    with pytest.raises(ConfigError, match="num_sims=0 must be a positive int"):
+        make_vec(toy(), 0, backend="roundrobin")
+
+
+def test_options_are_params_with_their_rules_beside_them():
+    """Backend options are declared with the type scenario parameters are (Param, with the
+    same checks); a check that spans options is a Rule on the option it belongs to."""
+    from deszoo.core.params import Param, Rule
+    from deszoo.vector import BACKENDS
+    from deszoo.vector.base import COMMON_OPTIONS
+
+    for cls in BACKENDS.values():
+        assert all(isinstance(o, Param) and o.name for o in cls.declared()), cls
+    rules = {o.name: o.rules for o in COMMON_OPTIONS}
+    assert [r.uses for r in rules["batch_size"]] == [("batch_size", "num_workers", "num_sims")]
+    assert all(isinstance(r, Rule) and r.words for r in rules["batch_size"])
+    with pytest.raises(ConfigError, match=r"make_vec\(backend='shm'\): batch_size=5 must be an "
+                                          r"int in 1\.\.num_sims \(4\)"):
+        make_vec(toy(), 4, backend="shm", num_workers=2, batch_size=5)
+
+
 def test_options_are_declared_once_and_documented():
     """Each backend declares its options (name, default, what is accepted); make_vec reads
     them from there, and docs/vector.md documents every one of them."""
@@ -520,13 +612,20 @@ def test_options_are_declared_once_and_documented():
     from deszoo.vector import BACKENDS, option_names
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "vector.md").read_text()
+    # The option table: | `name` | backends | `default` | accepts | meaning |; num_workers
+    # is an argument of make_vec, in the arguments table.
+    table = dict(re.findall(r"^\| `(\w+)` \| [^|]+ \| `([^`]+)` \|", doc, re.MULTILINE))
+    assert "| `num_workers` |" in doc
+    table["num_workers"] = "None"
     for name, backends in option_names().items():
-        assert f"`{name}`" in doc, f"option {name!r} ({backends}) is not in docs/vector.md"
+        assert name in table, f"option {name!r} ({backends}) is not in docs/vector.md's table"
     for cls in BACKENDS.values():
         names = [o.name for o in cls.declared()]
         assert len(names) == len(set(names)), cls
         for o in cls.declared():
             assert o.expects and o.doc and (o.default is None or o.accepts(o.default)), o
+            said = f'"{o.default}"' if isinstance(o.default, str) else repr(o.default)
+            assert table[o.name] == said, f"docs/vector.md: {o.name} defaults to {said}"
 
 
 def test_a_registered_backend_needs_no_change_to_make_vec(monkeypatch):

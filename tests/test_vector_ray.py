@@ -54,9 +54,10 @@ def test_ray_rejects_bad_arguments():
         make_vec(toy(), 2, backend="ray", start_method="spawn")
     with pytest.raises(ConfigError, match="not an option of this backend .*'ray'"):
         make_vec(toy(), 2, backend="shm", address="auto")
-    with pytest.raises(ConfigError, match="boot_timeout=0 must be None or a number > 0"):
+    with pytest.raises(ConfigError, match="boot_timeout=0 must be None or a finite number x "
+                                          "with 0.001 <= x"):
         make_vec(toy(), 2, backend="ray", boot_timeout=0)
-    with pytest.raises(ConfigError, match="per_node=1 must be a bool"):
+    with pytest.raises(ConfigError, match="per_node=1 must be True or False"):
         make_vec(toy(), 2, backend="ray", per_node=1)
     with pytest.raises(ConfigError, match="actor_options=.* must be None or a dict"):
         make_vec(toy(), 2, backend="ray", actor_options=[("num_cpus", 1)])

@@ -130,7 +130,7 @@ def snippet(row: dict) -> str:
         preset = "" if row["preset"] == "default" else f", preset={row['preset']!r}"
         factory = (attr if not preset
                    else f"functools.partial({attr}{preset})")
-        return (f"deszoo.vector.make_vec({factory}, num_envs={row['num_envs']}, "
+        return (f"deszoo.vector.make_vec({factory}, num_sims={row['num_envs']}, "
                 f"backend={row['mode']!r}{workers})  # from {module} import {attr}")
-    return (f"deszoo.vector.make_vec({name!r}, num_envs={row['num_envs']}, "
-            f"backend={row['mode']!r}{workers}, preset={row['preset']!r})")
+    return (f"deszoo.vector.make_vec({name!r}, num_sims={row['num_envs']}, "
+            f"backend={row['mode']!r}{workers}, env_kwargs={{'preset': {row['preset']!r}}})")

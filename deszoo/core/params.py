@@ -18,13 +18,18 @@ model does with them: ``np.uint8(255) + 1`` wraps to ``0``, ``255 + 1`` does not
 may depend on other parameters (``real(at_least=Least(...))``), where what a step costs
 depends on their ratio: an interval whose ticks a step may run through, at most so many of
 them in an episode.
+
+Backend options (:mod:`deszoo.vector.options`) are declared with the same :class:`Param`,
+named (``Param(60.0, real(1e-3, 1e6), "...", name="timeout")``), and the same checks. A
+check that spans several parameters or options is a :class:`Rule` declared beside them
+(``Param(..., rules=(Rule(...),))``), run once each value has passed its own check.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,6 +39,7 @@ from deszoo.errors import ConfigError
 __all__ = [
     "Param",
     "Least",
+    "Rule",
     "Config",
     "integer",
     "real",
@@ -45,7 +51,10 @@ __all__ = [
     "probabilities",
     "int_tuple",
     "optional",
+    "named_check",
     "check_all",
+    "check_value",
+    "check_rules",
     "configure",
     "plain",
     "COMMON",
@@ -71,21 +80,42 @@ class Least:
 
 
 @dataclass(frozen=True)
+class Rule:
+    """A check that spans several parameters (or backend options), declared beside them:
+    ``fn(values)`` is ``None`` if they fit together, else what is wrong, naming the values
+    (``"batch_size=3 must be an int in 1..num_sims (2)"``). ``uses`` names what ``fn``
+    reads; ``words`` says the rule in a few words (for the docs)."""
+
+    uses: tuple[str, ...]
+    fn: Callable[[Mapping[str, Any]], str | None]
+    words: str
+
+
+@dataclass(frozen=True)
 class Param:
-    """One scenario parameter: its default, its check and a one-line description."""
+    """One scenario parameter or backend option: its default, its check and a one-line
+    description; ``name`` for a backend option (a scenario keys its parameters by name
+    instead), ``rules`` the checks that relate it to other parameters."""
 
     default: Any
     check: Check
     doc: str
+    name: str = ""
+    rules: tuple[Rule, ...] = ()
 
     @property
     def expects(self) -> str:
         """What the check accepts, in words (for documentation)."""
         return getattr(self.check, "expects", "")
 
+    def accepts(self, value: Any) -> bool:
+        """Whether the check accepts ``value`` (NumPy scalars as plain Python ones)."""
+        value = plain(value)
+        return not _non_finite(value) and self.check(value) is None
+
     def with_default(self, default: Any) -> Param:
         """The same parameter with another default (a scenario's own ``max_steps``)."""
-        return Param(default, self.check, self.doc)
+        return replace(self, default=default)
 
 
 def _is_int(v: Any) -> bool:
@@ -96,7 +126,10 @@ def _is_real(v: Any) -> bool:
     return _is_int(v) or (isinstance(v, (float, np.floating)) and math.isfinite(v))
 
 
-def _named(expects: str, fn: Callable[[Any], bool]) -> Check:
+def named_check(expects: str, fn: Callable[[Any], bool]) -> Check:
+    """A check from a predicate and what it accepts in words (``expects``), for values the
+    helpers below do not cover."""
+
     def check(value: Any) -> str | None:
         return None if fn(value) else expects
 
@@ -126,7 +159,7 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Check:
     def ok(v: Any) -> bool:
         return _is_int(v) and low <= v <= high
 
-    check = _named(words, ok)
+    check = named_check(words, ok)
     check.bounds = (minimum, maximum)
     return check
 
@@ -160,7 +193,7 @@ def real(
             return False
         return not (maximum is not None and (v >= maximum if open_max else v > maximum))
 
-    check = _named(words, ok)
+    check = named_check(words, ok)
     check.bounds = (None if open_min else minimum, None if open_max else maximum)
     if at_least is not None:
         check.at_least = at_least
@@ -173,13 +206,17 @@ def fraction(closed: bool = False) -> Check:
 
 
 def choice(*values: Any) -> Check:
-    """One of ``values``."""
-    return _named(f"one of {', '.join(repr(v) for v in values)}", lambda v: v in values)
+    """One of ``values``, of the same type (``True`` is not ``1``, nor ``1.0``)."""
+
+    def ok(v: Any) -> bool:
+        return any(type(v) is type(c) and v == c for c in values)
+
+    return named_check(f"one of {', '.join(repr(v) for v in values)}", ok)
 
 
 def flag() -> Check:
     """True or False."""
-    return _named("True or False", lambda v: isinstance(v, (bool, np.bool_)))
+    return named_check("True or False", lambda v: isinstance(v, (bool, np.bool_)))
 
 
 def pair(item: Check) -> Check:
@@ -189,7 +226,7 @@ def pair(item: Check) -> Check:
         return (isinstance(v, (tuple, list)) and len(v) == 2
                 and all(item(x) is None for x in v) and v[0] <= v[1])
 
-    return _named(f"a pair (lo, hi) of {_plural(item)}, lo <= hi", ok)
+    return named_check(f"a pair (lo, hi) of {_plural(item)}, lo <= hi", ok)
 
 
 def shares(n: int) -> Check:
@@ -199,7 +236,7 @@ def shares(n: int) -> Check:
         return (isinstance(v, (tuple, list)) and len(v) == n
                 and all(_is_real(x) and x >= 0 for x in v) and 0 < sum(v) < math.inf)
 
-    return _named(f"{n} finite numbers >= 0 with a positive sum", ok)
+    return named_check(f"{n} finite numbers >= 0 with a positive sum", ok)
 
 
 def probabilities(n: int) -> Check:
@@ -209,7 +246,7 @@ def probabilities(n: int) -> Check:
         return (isinstance(v, (tuple, list)) and len(v) == n
                 and all(_is_real(x) and x >= 0 for x in v) and abs(sum(v) - 1.0) <= 1e-6)
 
-    return _named(f"{n} probabilities (finite, >= 0) that sum to 1", ok)
+    return named_check(f"{n} probabilities (finite, >= 0) that sum to 1", ok)
 
 
 def int_tuple(minimum: int = 1, maximum: int | None = None, max_len: int | None = None) -> Check:
@@ -221,12 +258,12 @@ def int_tuple(minimum: int = 1, maximum: int | None = None, max_len: int | None 
                 and all(item(x) is None for x in v))
 
     longest = f" (at most {max_len})" if max_len else ""
-    return _named(f"a non-empty tuple{longest} of {_plural(item)}", ok)
+    return named_check(f"a non-empty tuple{longest} of {_plural(item)}", ok)
 
 
 def optional(check: Check) -> Check:
     """``None`` or what ``check`` accepts (with its ``bounds``, if it has them)."""
-    wrapped = _named(f"None or {check.expects}", lambda v: v is None or check(v) is None)
+    wrapped = named_check(f"None or {check.expects}", lambda v: v is None or check(v) is None)
     if hasattr(check, "bounds"):
         wrapped.bounds = check.bounds
     return wrapped
@@ -285,6 +322,7 @@ def check_all(name: str, params: Mapping[str, Param], values: Mapping[str, Any],
         expects = "finite" if _non_finite(value) else param.check(value)
         if expects is not None:
             raise ConfigError(f"{name}: {given.get(key, key)}={value!r} must be {expects}")
+    check_rules(params.values(), values, name)
     for key, param in params.items():  # bounds computed from other parameters
         bound = getattr(param.check, "at_least", None)
         if bound is None or values[key] is None or any(values.get(k) is None
@@ -298,6 +336,26 @@ def check_all(name: str, params: Mapping[str, Param], values: Mapping[str, Any],
                 f"{bound.words} = {least:.6g} with {uses}"
                 + (f" ({bound.why})" if bound.why else "")
             )
+
+
+def check_value(param: Param, value: Any, where: str, name: str = "") -> Any:
+    """``value`` made plain (:func:`plain`) if ``param`` accepts it, else a
+    :class:`ConfigError` ``"{where}: {name}={value!r} must be {expects}"``."""
+    value = plain(value)
+    expects = param.check(value) or ("finite" if _non_finite(value) else None)
+    if expects is not None:
+        raise ConfigError(f"{where}: {name or param.name}={value!r} must be {expects}")
+    return value
+
+
+def check_rules(params: Iterable[Param], values: Mapping[str, Any], where: str) -> None:
+    """Run the :class:`Rule` s of ``params`` over ``values`` (every value already checked on
+    its own); ``ConfigError`` ``"{where}: {what the rule says}"`` for the first that fails."""
+    for param in params:
+        for rule in param.rules:
+            wrong = rule.fn(values)
+            if wrong is not None:
+                raise ConfigError(f"{where}: {wrong}")
 
 
 class Config(Mapping):

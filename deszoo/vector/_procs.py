@@ -22,7 +22,7 @@ import threading
 from typing import Any
 
 from deszoo.errors import ConfigError
-from deszoo.vector.options import option
+from deszoo.vector.options import MAX_SECONDS, option
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -39,7 +39,7 @@ __all__ = [
 START_METHOD = option("start_method", None, "str", "multiprocessing start method of the "
                       "workers", none=True, note="'fork', 'spawn' or 'forkserver'")
 CLOSE_TIMEOUT = option("close_timeout", 5.0, "number", "seconds close() waits for the "
-                       "workers to exit before killing them", minimum=0)
+                       "workers to exit before killing them", minimum=0, maximum=MAX_SECONDS)
 
 PR_SET_PDEATHSIG = 1
 

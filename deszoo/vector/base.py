@@ -37,6 +37,7 @@ from gymnasium.vector.utils import batch_space
 
 from deszoo.core.config import is_int
 from deszoo.core.groups import AgentRows
+from deszoo.core.params import choice, flag, integer, named_check, optional
 from deszoo.errors import (
     AlreadyPendingCallError,
     ClosedEnvironmentError,
@@ -48,7 +49,7 @@ from deszoo.errors import (
 from deszoo.vector._host import Buffers, Call, Layout
 from deszoo.vector.batch import Batch
 from deszoo.vector.faults import Faults
-from deszoo.vector.options import Option, option
+from deszoo.vector.options import SECONDS, Option, check_rules, option, rule
 from deszoo.vector.pool import (
     Reply,
     Transport,
@@ -67,18 +68,37 @@ log = logging.getLogger("deszoo.vector")
 _AUTORESET = ("NextStep", "SameStep", "Disabled")
 
 # The options every backend takes (each backend declares its own besides).
+
+
+@rule(("batch_size", "num_workers", "num_sims"), "batch_size at most num_sims; below it "
+      "(async mode), num_sims divisible by num_workers and batch_size a multiple of the "
+      "envs per worker")
+def _BATCH_FITS(v: dict[str, Any]) -> str | None:
+    sims, batch = v["num_sims"], v["batch_size"]
+    if batch is None or batch == sims:
+        return None
+    if batch > sims:
+        return f"batch_size={batch!r} must be an int in 1..num_sims ({sims})"
+    workers = min(int(v["num_workers"]), sims)
+    per = sims // workers
+    if sims % workers or batch % per:
+        return (f"async mode needs num_sims ({sims}) divisible by num_workers ({workers}) "
+                f"and batch_size ({batch}) a multiple of the envs per worker ({per})")
+    return None
+
+
 COMMON_OPTIONS: tuple[Option, ...] = (
-    option("batch_size", None, "int", "envs per recv() (async mode) when below num_envs",
-           minimum=1, none=True),
-    option("timeout", 60.0, "number", "seconds to wait for a worker before it counts as hung",
-           positive=True),
-    option("on_error", "raise", "choice", "what a repaired fault does: raise it or log it",
-           choices=("raise", "restart")),
-    Option("autoreset_mode", "NextStep", "one of 'NextStep', 'SameStep', 'Disabled'",
-           lambda v: isinstance(v, AutoresetMode) or v in _AUTORESET,
+    option("batch_size", None, optional(integer(1)),
+           "envs per recv() (async mode) when below num_sims", rules=(_BATCH_FITS,)),
+    option("timeout", 60.0, SECONDS, "seconds to wait for a worker before it counts as hung"),
+    option("on_error", "raise", choice("raise", "restart"),
+           "what a repaired fault does: raise it or log it"),
+    option("autoreset_mode", "NextStep",
+           named_check("one of 'NextStep', 'SameStep', 'Disabled'",
+                       lambda v: isinstance(v, AutoresetMode) or v in _AUTORESET),
            "Gymnasium's autoreset mode"),
-    option("copy", True, "bool", "return copies (True) or views of the batch buffers"),
-    option("state", False, "bool", "each env's global state in infos['state'] (per row)"),
+    option("copy", True, flag(), "return copies (True) or views of the batch buffers"),
+    option("state", False, flag(), "each env's global state in infos['state'] (per row)"),
 )
 
 
@@ -353,16 +373,11 @@ class DeszooVecEnv(VectorEnv):
         ]
         # Async mode (EnvPool style): ``recv`` returns the first ``batch_size`` envs.
         sims = self.num_sims
+        # The rules declared with the options (batch_size against the workers, ...).
+        check_rules(self.declared(), {**opts, "num_sims": sims},
+                    f"make_vec(backend={self.backend!r})")
         batch = sims if opts["batch_size"] is None else opts["batch_size"]
-        if not batch <= sims:
-            raise ConfigError(f"batch_size={batch!r} must be an int in 1..num_envs ({sims})")
         per = sims // num_workers
-        if batch != sims and (sims % num_workers or batch % per):
-            raise ConfigError(
-                f"async mode needs num_envs ({sims}) divisible by num_workers "
-                f"({num_workers}) and batch_size ({batch}) a multiple of the envs per "
-                f"worker ({per})"
-            )
         self.batch_size = int(batch)
         self._async = batch != sims
         self._batch_workers = self.batch_size // per if self._async else num_workers

@@ -37,11 +37,12 @@ from typing import Any
 import numpy as np
 
 from deszoo.core.arrays import AGENT_ARRAYS
+from deszoo.core.params import flag, integer, named_check, optional, real
 from deszoo.errors import ConfigError
 from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, Call, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
-from deszoo.vector.options import option
+from deszoo.vector.options import MAX_SPIN_US, SECONDS, option, rule
 from deszoo.vector.pool import Reply, Transport, Worker
 
 __all__ = ["RayTransport", "RayVecEnv", "import_ray", "reply_fields"]
@@ -385,6 +386,31 @@ class RayTransport(Transport):
 PER_NODE_ONLY = ("nodes", "start_method", "spin_us", "step_channel")
 
 
+@rule(("per_node", *PER_NODE_ONLY), "nodes, start_method, spin_us and step_channel are "
+      "for per_node=True only")
+def _PER_NODE_ONLY(v: dict[str, Any]) -> str | None:
+    if not v["per_node"]:
+        for name in PER_NODE_ONLY:
+            if v[name] is not None:
+                return f"{name}={v[name]!r} is for per_node=True only"
+    return None
+
+
+@rule(("num_workers", "num_sims"), "num_workers at most num_sims")
+def _WORKERS_FIT(v: dict[str, Any]) -> str | None:
+    workers, sims = v["num_workers"], v["num_sims"]
+    if workers is not None and workers > sims:
+        return (f"num_workers={workers} is more than num_sims={sims}: each worker hosts at "
+                "least one env")
+    return None
+
+
+def _node_list(v: Any) -> bool:
+    return (isinstance(v, (list, tuple)) and len(v) > 0
+            and all(isinstance(n, (list, tuple)) and len(n) == 2
+                    and integer(1)(n[1]) is None for n in v))
+
+
 class RayVecEnv(DeszooVecEnv):
     """Ray actor backend; see :func:`deszoo.vector.make_vec` and ``docs/distributed.md``.
 
@@ -405,26 +431,28 @@ class RayVecEnv(DeszooVecEnv):
     backend = "ray"
     per_node = False
     options = (
-        option("num_workers", None, "int", "Ray actors (with per_node: shm pool workers in "
-               "all; default: the usable cores, or the cluster's CPUs with per_node)",
-               minimum=1, none=True),
+        option("num_workers", None, optional(integer(1)), "Ray actors (with per_node: shm pool "
+               "workers in all; default: the usable cores, or the cluster's CPUs with "
+               "per_node)", rules=(_WORKERS_FIT,)),
         option("address", None, "str", "the Ray cluster to start or join if Ray is not "
                "initialised", none=True),
-        option("per_node", False, "bool", "one actor per Ray node, each running a shm pool "
-               "of that node's cores"),
+        option("per_node", False, flag(), "one actor per Ray node, each running a shm pool "
+               "of that node's cores", rules=(_PER_NODE_ONLY,)),
         option("actor_options", None, "dict", "Ray actor options over the defaults",
                none=True),
-        option("boot_timeout", None, "number", "seconds to wait for the actors to start "
-               "(default: max(timeout, 60))", positive=True, none=True),
+        option("boot_timeout", None, optional(SECONDS), "seconds to wait for the actors to "
+               "start (default: max(timeout, 60))"),
         _procs.CLOSE_TIMEOUT,
-        option("nodes", None, "list", "per_node only: [(Ray node id, CPUs), ...] to use "
-               "(default: every alive node with CPUs)", none=True),
+        option("nodes", None, optional(named_check(
+            "a non-empty list of (Ray node id, CPUs) pairs, CPUs a positive int", _node_list)),
+            "per_node only: [(Ray node id, CPUs), ...] to use (default: every alive node "
+            "with CPUs)"),
         _procs.START_METHOD,  # per_node only: the pools'
-        option("spin_us", None, "number", "per_node only: how long an idle pool worker "
-               "polls before it sleeps (default 0)", minimum=0, none=True),
-        option("step_channel", None, "bool", "per_node only: steps go through a direct TCP "
-               "connection to each node actor (default True), or through Ray calls (False)",
-               none=True),
+        option("spin_us", None, optional(real(0, MAX_SPIN_US)), "per_node only: how long an "
+               "idle pool worker polls before it sleeps, in microseconds (default 0)"),
+        option("step_channel", None, optional(flag()), "per_node only: steps go through a "
+               "direct TCP connection to each node actor (default True), or through Ray "
+               "calls (False)"),
     )
 
     @classmethod
@@ -433,10 +461,6 @@ class RayVecEnv(DeszooVecEnv):
         if opts["per_node"]:  # make_vec builds those with RayNodeVecEnv
             raise ConfigError("per_node=True: build it with make_vec(..., backend='ray', "
                               "per_node=True) or deszoo.vector.ray_nodes.RayNodeVecEnv")
-        for name in PER_NODE_ONLY:
-            if opts[name] is not None:
-                raise ConfigError(f"make_vec(backend='ray'): {name}={opts[name]!r} is for "
-                                  "per_node=True only")
         return cls(spec, seed, {**opts, "num_workers": cls.workers_for(spec, opts["num_workers"])})
 
     def _transport(self, opts: dict[str, Any]) -> Transport:

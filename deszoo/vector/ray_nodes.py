@@ -742,24 +742,15 @@ class RayNodeVecEnv(RayVecEnv):
     def __init__(self, spec: VecSpec, seed: int | None, opts: dict[str, Any]):
         _procs.context(opts["start_method"])  # ConfigError before Ray starts
         self.started_ray = ensure_ray(opts["address"])
-        nodes = opts["nodes"]
+        nodes = opts["nodes"]  # checked with the option (ray_backend.RayVecEnv.options)
         if nodes is None:
             nodes = alive_nodes()
             if not nodes:
                 raise ConfigError("per_node=True: Ray has no alive node with a CPU")
-        elif not nodes or not all(
-            isinstance(c, int) and not isinstance(c, bool) and c >= 1 for _, c in nodes
-        ):
-            raise ConfigError(f"nodes={nodes!r} must be a non-empty list of (node id, CPUs >= 1)")
         self.nodes = [(nid, int(c)) for nid, c in nodes]
-        workers = opts["num_workers"]
+        workers = opts["num_workers"]  # at most num_sims: a rule of the option
         if workers is None:
             workers = min(sum(c for _, c in self.nodes), spec.num_sims)
-        elif workers > spec.num_sims:
-            raise ConfigError(
-                f"make_vec(backend='ray'): num_workers={workers} is more than "
-                f"num_envs={spec.num_sims}: each worker hosts at least one env"
-            )
         super().__init__(spec, seed, {**opts, "num_workers": workers})
 
     def _transport(self, opts: dict[str, Any]) -> Transport:

@@ -49,7 +49,7 @@ import numpy as np
 from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
-from deszoo.vector.options import option
+from deszoo.vector.options import MAX_SPIN_US, option
 from deszoo.vector.pool import Reply, Transport, Worker, sigint_deferred, usable_cores
 
 __all__ = ["ShmTransport", "ShmVecEnv", "SHM_OPTIONS"]
@@ -84,7 +84,7 @@ SHM_OPTIONS = (
     _procs.CLOSE_TIMEOUT,
     option("spin_us", None, "number", "microseconds an idle worker polls for its next "
            "command before it sleeps (default: 2000 when each worker has a core, else 0)",
-           minimum=0, none=True),
+           minimum=0, maximum=MAX_SPIN_US, none=True),
 )
 
 
