@@ -428,6 +428,11 @@ class DeszooVecEnv(VectorEnv):
         self.pool.set_hook(hook)
 
     # ---- faults -------------------------------------------------------------------------
+    def _settled(self, replies: list[Reply]) -> None:
+        """A sync call's replies are handled: drop them, READY (no Ctrl-C meanwhile)."""
+        self.pool.forget(replies)
+        self.life.to(State.READY)
+
     def _close_quietly(self) -> None:
         try:
             if "transport" in self.__dict__:
@@ -452,15 +457,15 @@ class DeszooVecEnv(VectorEnv):
         self.batch.clear_restarted(None if which is None
                                    else np.repeat(which, self.agents_per_sim))
         self.life.calling()
-        replies = self.pool.exchange(ws, "reset", payloads)
+        self.pool.post(ws, "reset", payloads)
+        replies = list(self.pool.collect(ws, keep=True).values())
         reset_rows = slice(None) if which is None else np.repeat(which, self.agents_per_sim)
         self._bufs.rew[reset_rows] = 0.0
         self._bufs.term[reset_rows] = False
         self._bufs.trunc[reset_rows] = False
         self._bufs.final[:] = False  # a reset reports no episode ends
         self.life.recv_workers, self.life.recv_rows = [], None
-        self.life.to(State.READY)
-        self.faults.report(list(replies.values()), "reset")
+        self.faults.report(replies, "reset", lambda: self._settled(replies))
         obs, _, _, _, infos = self.batch.results()
         return obs, infos
 
@@ -497,9 +502,8 @@ class DeszooVecEnv(VectorEnv):
         if got is None:
             life.state = _READY
         else:  # not every worker answered "ok" at once
-            replies = self.pool.step_replies(got, deadline)
-            life.state = _READY
-            self.faults.report(list(replies.values()), "step")
+            replies = list(self.pool.step_replies(got, deadline, keep=True).values())
+            self.faults.report(replies, "step", lambda: self._settled(replies))
         return batch.results()
 
     # ---- async API (EnvPool style) ----------------------------------------------------

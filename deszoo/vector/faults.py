@@ -149,19 +149,27 @@ class Faults:
         except RestartFailed as exc:
             self.failed(exc)
 
-    def report(self, replies: Sequence[Reply], command: str) -> None:
+    def report(self, replies: Sequence[Reply], command: str,
+               settled: Callable[[], None] | None = None) -> None:
         """Handle faults, then raise (bad input always; faults with ``on_error="raise"``)
-        or log them. A raised error carries the call's results in ``.results``."""
+        or log them. A raised error carries the call's results in ``.results``.
+        ``settled`` runs once the faults are handled, in the same stretch without Ctrl-C
+        (the caller drops the replies it kept and leaves INTERRUPTED there)."""
         for r in replies:
             if r.kind != "ok" or r.failures:
                 break
         else:
+            if settled is not None:
+                settled()
             return
         # Ctrl-C waits for the repairs: cut short, the faults not yet reached were lost (an
         # env that raised neither rebuilt nor reported), and a worker being replaced was
         # left for the next call to replace again.
         with sigint_deferred():
+            self.pool.forget(replies)  # (kept by the caller until now; a repair collects anew)
             errors = self.handle(replies, command)
+            if settled is not None:
+                settled()
         bad_input = [f for r in replies for f in r.failures if f.intact]
         if bad_input:
             raise self.with_results(self.sub_env_error(bad_input), command)

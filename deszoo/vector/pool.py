@@ -394,16 +394,20 @@ class WorkerPool:
         got = self.transport.step(self.workers, same_step, deadline)
         return None if got is None else self.step_replies(got, deadline)
 
-    def step_replies(self, got: list[Reply], deadline: float) -> dict[int, Reply]:
+    def step_replies(self, got: list[Reply], deadline: float,
+                     keep: bool = False) -> dict[int, Reply]:
         """Every worker's reply to a sync step whose transport did not report all ``ok``
-        (``got``: the replies it had)."""
+        (``got``: the replies it had); ``keep``: see :meth:`collect`."""
         for r in got:
             self.take(r)
-        return self.collect(self.workers, deadline)
+        return self.collect(self.workers, deadline, keep)
 
-    def collect(self, ws: Sequence[Worker], deadline: float | None = None) -> dict[int, Reply]:
+    def collect(self, ws: Sequence[Worker], deadline: float | None = None,
+                keep: bool = False) -> dict[int, Reply]:
         """One reply from each worker of ``ws`` (``"hung"`` at ``deadline``, by default
-        :meth:`deadline`)."""
+        :meth:`deadline`). ``keep``: the replies also stay taken (:meth:`finish` returns
+        them) until :meth:`forget`: a caller cut short before it has handled them loses
+        none."""
         replies = self.replies
         if deadline is None:
             deadline = self.deadline(ws)
@@ -415,8 +419,15 @@ class WorkerPool:
                 for i in missing:
                     self.take(Reply(i, "hung"))
                 break
+        if keep:
+            return {w.index: replies[w.index] for w in ws}
         with sigint_deferred():  # every reply handed over, or none
             return {w.index: replies.pop(w.index) for w in ws}
+
+    def forget(self, replies: Sequence[Reply]) -> None:
+        """Replies collected with ``keep`` that are handled now."""
+        for r in replies:
+            self.replies.pop(r.worker, None)
 
     def collect_first(self, k: int) -> list[Reply]:
         """The first ``k`` replies among busy workers, in the order they came (fewer if
