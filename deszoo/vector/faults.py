@@ -52,7 +52,6 @@ class Faults:
                  fail: Callable[[Exception], None]):
         self.pool = pool
         self.batch = batch
-        self.bufs = batch.bufs
         self.same_step = batch.same_step
         self.num_sims = batch.num_sims
         self.on_error = on_error

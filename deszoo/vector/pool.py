@@ -121,11 +121,6 @@ def _record(signum: int, frame: Any) -> None:
     _held[1] = True
 
 
-def sigint_pending() -> bool:
-    """Whether a Ctrl-C came while held off and is still to be raised."""
-    return _held[1]
-
-
 def post_guarded(t: Transport, ws: Sequence[Worker], command: str, payloads: Any) -> None:
     """``t.post`` such that a Ctrl-C never leaves a batch half handed out: held off, or,
     for an idempotent transport, the hand-out done again in full before it propagates."""
