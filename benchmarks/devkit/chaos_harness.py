@@ -684,6 +684,8 @@ class ChaosReport:
     # async: seconds from a worker's SIGKILL or SIGSTOP to the end of the recv that found it
     found: list[float] = field(default_factory=list)
     cut_calls: Counter = field(default_factory=Counter)  # sigint_thread: the calls it cut
+    # sigint_thread: KeyboardInterrupts raised in a finalizer, which Python drops (by object)
+    in_finalizers: Counter = field(default_factory=Counter)
 
     @property
     def leaked_sem(self) -> int:
@@ -718,6 +720,9 @@ class ChaosReport:
             where = ", ".join(f"{k} {v}" for k, v in self.raised_at.most_common(6))
             lines.append(f"sigint_thread: {self.sigints_sent} SIGINTs sent, calls cut: {cut}; "
                          f"raised at: {where}")
+        if self.in_finalizers:
+            lines.append(f"sigint_thread: {sum(self.in_finalizers.values())} dropped in "
+                         f"finalizers: {dict(self.in_finalizers.most_common(3))}")
         if self.found:
             f = np.array(self.found)
             lines.append(f"async: {len(f)} lost workers found, {np.median(f):.2f} s median, "
@@ -848,12 +853,17 @@ class _Spammer:
         self.sent = 0
         self.handled = 0  # SIGINTs handled (never more than sent, unless one came from outside)
         self.landed: list[tuple[str, str | None]] = []  # (innermost frame, env frame or None)
+        self.in_finalizers: list[str] = []  # KeyboardInterrupts Python dropped (see _unraisable)
+        self.deferred: list[Any] = []  # other unraisable exceptions, passed on by close()
         self.thread: threading.Thread | None = None
         self.old_handler: Any = None
+        self.old_hook: Any = None
         self.old_switch = 0.0
 
     def start(self) -> None:
         self.old_handler = signal.signal(signal.SIGINT, self._handler)
+        self.old_hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
         self.old_switch = sys.getswitchinterval()
         sys.setswitchinterval(min(self.old_switch, 0.00002))
         self.thread = threading.Thread(target=self._run, daemon=True, name="chaos-sigint")
@@ -866,6 +876,21 @@ class _Spammer:
             self.thread.join()
         sys.setswitchinterval(self.old_switch)
         signal.signal(signal.SIGINT, self.old_handler)
+        sys.unraisablehook = self.old_hook
+        for args in self.deferred:
+            self.old_hook(args)
+        self.deferred.clear()
+
+    def _unraisable(self, args: Any) -> None:
+        """A ``KeyboardInterrupt`` raised in a finalizer (``__del__``, a weakref callback, a
+        generator closed by the garbage collector) cannot propagate: Python reports it as
+        unraisable and drops it, as it drops a real Ctrl-C there. Such a SIGINT is counted
+        (:attr:`in_finalizers`), not an error; a hook that formats a traceback (pytest's)
+        could itself be cut by the next SIGINT, so other exceptions wait for :meth:`close`."""
+        if isinstance(args.exc_value, KeyboardInterrupt):
+            self.in_finalizers.append(repr(args.object)[:80])
+        else:
+            self.deferred.append(args)
 
     def _run(self) -> None:
         pid = os.getpid()
@@ -881,8 +906,9 @@ class _Spammer:
     def _handler(self, signum: int, frame: Any) -> None:
         self.handled += 1
         if self.armed:
-            if frame is not None and frame.f_code is _Spammer.call.__code__:
-                return  # the call has returned: too late to cut it
+            if frame is not None and frame.f_code in (_Spammer.call.__code__,
+                                                      _Spammer._unraisable.__code__):
+                return  # the call has returned (too late to cut it), or the hook runs
             raise KeyboardInterrupt
         if self.handled > self.sent:
             raise KeyboardInterrupt  # more SIGINTs than were sent: a real Ctrl-C
@@ -891,8 +917,10 @@ class _Spammer:
         """``fn(*args)`` with SIGINTs sent meanwhile; a ``KeyboardInterrupt`` it raises is
         recorded (where it was raised) and propagates."""
         start = time.monotonic()
-        self.armed = True
+        # go before armed: a SIGINT raised inside Event.set, just after it took its lock,
+        # would leave that lock held (and the next set or clear hangs).
         self.go.set()
+        self.armed = True
         try:
             return fn(*args)
         except KeyboardInterrupt as exc:
@@ -1025,6 +1053,7 @@ class _Chaos:
         self.report.sigints_sent = self.spam.sent
         self.report.found = self.found
         self.report.cut_calls = self.calls
+        self.report.in_finalizers = Counter(self.spam.in_finalizers)
         self.report.steps = step
         self.report.segments = seg
         self.report.seconds = time.monotonic() - start
