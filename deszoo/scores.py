@@ -424,8 +424,8 @@ def render(entries: list[Entry]) -> str:
         f"one episode on each of the {len(SEEDS)} held-out seeds {SEEDS[0]}..{SEEDS[-1]}, "
         "at the preset's default config. Higher is better. Learned policies act greedily "
         "with the mask (`-sampled`: the same model, sampling its masked distribution) "
-        "and were trained on sims seeded from 0 up (their autoresets draw "
-        "from those seeds), never on these seeds. Add an entry with `deszoo scores POLICY "
+        "and were trained on sims seeded from 1000 S up for training seed S (their "
+        "autoresets draw from those seeds), never on these seeds. Add an entry with `deszoo scores POLICY "
         "SCENARIO --preset P` (`random`, `heuristic`, `MODULE:ATTR` or a saved SB3 model); "
         "the learned ones come from `benchmarks/train_baselines.py`. See "
         "[training.md](training.md). A learned cell shows training seed 0; "
@@ -570,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dir.is_dir() or (args.docs and not args.out.parent.is_dir()):
         missing = args.dir if not args.dir.is_dir() else args.out.parent
         p.error(f"no folder {str(missing)!r} here: --docs runs at the top of a checkout of the "
-                f"repository ({REPOSITORY}), where it writes {args.out} from {args.dir}")
+                f"repository ({REPOSITORY}), where it writes {args.out} from {args.dir} "
+                "(--marl-eval reads --dir DIR, a folder of entries)")
     problems: list[str] = []
     if args.marl_eval is not None:
         from deszoo.aggregates import marl_eval_json
