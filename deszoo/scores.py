@@ -425,8 +425,9 @@ def render(entries: list[Entry]) -> str:
         "at the preset's default config. Higher is better. Learned policies act greedily "
         "with the mask (`-sampled`: the same model, sampling its masked distribution) "
         "and were trained on sims seeded from 1000 S up for training seed S (their "
-        "autoresets draw from those seeds), never on these seeds. Add an entry with `deszoo scores POLICY "
-        "SCENARIO --preset P` (`random`, `heuristic`, `MODULE:ATTR` or a saved SB3 model); "
+        "autoresets draw from those seeds), never on these seeds. Add an entry with "
+        "`deszoo scores POLICY SCENARIO --preset P` (`random`, `heuristic`, `MODULE:ATTR` "
+        "or a saved SB3 model); "
         "the learned ones come from `benchmarks/train_baselines.py`. See "
         "[training.md](training.md). A learned cell shows training seed 0; "
         "[Across tasks](#across-tasks) takes every training seed.",
