@@ -273,33 +273,39 @@ def plot_profiles(tasks: Sequence[Task], learners: Sequence[str], path: str | Pa
 
 
 def marl_eval_json(entries: Iterable[dict[str, Any]], environment: str = "deszoo",
-                   metric: str = "return") -> dict[str, Any]:
+                   metric: str = "return", curves: bool = False) -> dict[str, Any]:
     """The entries in marl-eval's raw-data layout: ``{environment: {task: {algorithm:
     {"seed_S": {"step_0": {"step_count": ..., metric: [...]}, ..., "absolute_metrics":
     {metric: [...]}}}}}}``.
 
-    A task is ``SCENARIO-PRESET``; an algorithm a policy name; a run a training seed. The
-    steps are the entry's learning curve (the mean held-out return at each point, one
-    value; points where an episode ran past the curve's cap are left out), and
+    A task is ``SCENARIO-PRESET``; an algorithm a policy name; a run a training seed.
     ``absolute_metrics`` holds the final policy's return on each held-out seed (marl-eval's
     protocol takes 10 times the evaluation episodes of the best policy there; deszoo scores
-    the final policy on the 20 held-out seeds). The baselines have one step, at 0, with their
-    returns. marl-eval's sample-efficiency curves need equal step counts per algorithm; its
-    performance profiles and aggregates read only ``absolute_metrics``.
+    the final policy on the 20 held-out seeds). marl-eval needs the same number of steps in
+    every run of an environment, so by default each run has one step, ``step_0``, at its
+    training timesteps (0 for the baselines) with the same returns: its performance
+    profiles and aggregates read them. With ``curves`` the steps are the entry's learning
+    curve instead (the mean held-out return at each point, one value; points where an
+    episode ran past the curve's cap left out); the number of points differs between
+    scenarios, so marl-eval takes such a file one task set of equal curves at a time.
+    marl-eval also needs the same runs for every algorithm and task: the baselines have one
+    (``seed_0``), the learners as many as their training seeds, so pass it the algorithms
+    and tasks that match (e.g. the newest versions' MaskablePPO and MAPPO-loop, 3 each).
     """
     out: dict[str, Any] = {environment: {}}
     for e in sorted(entries, key=lambda e: (e["scenario"], e["preset"], e["policy"])):
         training = e.get("training") or {}
         task = out[environment].setdefault(f"{e['scenario']}-{e['preset']}", {})
         runs = task.setdefault(e["policy"], {})
+        returns = [float(r) for r in e["returns"]]
         run: dict[str, Any] = {}
-        if e.get("training") is None:
-            run["step_0"] = {"step_count": 0, metric: [float(r) for r in e["returns"]]}
-        else:
+        if curves and e.get("training") is not None:
             points = [(x, y) for x, y in training.get("curve", []) if y is not None]
             for i, (x, y) in enumerate(points):
                 run[f"step_{i}"] = {"step_count": int(x), metric: [float(y)]}
-        run["absolute_metrics"] = {metric: [float(r) for r in e["returns"]]}
+        else:
+            run["step_0"] = {"step_count": int(training.get("timesteps", 0)), metric: returns}
+        run["absolute_metrics"] = {metric: returns}
         runs[f"seed_{int(training.get('train_seed', 0))}"] = run
     return out
 
@@ -403,7 +409,10 @@ def render_section(entries: Iterable[dict[str, Any]], scenarios: Iterable[str],
         "",
         "`python -m deszoo.scores --marl-eval FILE` writes the entries in marl-eval's raw "
         "JSON layout (environment `deszoo`, task `SCENARIO-PRESET`, one run per training "
-        "seed, the held-out returns as `absolute_metrics.return`).",
+        "seed, the held-out returns as `absolute_metrics.return` and in one step at the "
+        "training timesteps; `--curves`: the learning curves as the steps), which "
+        "marl-eval's `data_process_pipeline` and `create_matrices_for_rliable` read (checked "
+        "with id-marl-eval 0.0.4 on the newest versions' MaskablePPO and MAPPO-loop runs).",
         "",
     ]
     return lines

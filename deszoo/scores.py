@@ -563,6 +563,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="only check that it is up to date")
     p.add_argument("--marl-eval", type=Path, default=None, metavar="FILE",
                    help="write the entries of --dir as marl-eval's raw-data JSON to FILE")
+    p.add_argument("--curves", action="store_true",
+                   help="with --marl-eval: the learning curves as the steps (marl-eval needs "
+                   "equal step counts across runs; the default, one step per run, has them)")
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
@@ -579,8 +582,8 @@ def main(argv: list[str] | None = None) -> int:
 
         entries, rejected = load(args.dir)
         problems += [f"{p}: rejected: " + "; ".join(errs) for p, errs in rejected]
-        args.marl_eval.write_text(json.dumps(marl_eval_json([e.data for e in entries]),
-                                             indent=1) + "\n")
+        data = marl_eval_json([e.data for e in entries], curves=args.curves)
+        args.marl_eval.write_text(json.dumps(data, indent=1) + "\n")
     if args.docs:
         problems += write_docs(args.dir, args.out, check=args.check)
     for line in problems:

@@ -133,16 +133,21 @@ def test_plot_profiles_writes_a_png(tmp_path):
 
 def test_marl_eval_layout():
     """environment -> task -> algorithm -> seed_S -> step_i ..., absolute_metrics last (what
-    marl-eval's JsonLogger writes and data_process_pipeline reads)."""
+    marl-eval's JsonLogger writes and data_process_pipeline reads); one step per run unless
+    the curves are asked for."""
     entries = [_entry("s_v0", "small", "random", [1, 2]),
-               _entry("s_v0", "small", "L", [3, 4], seed=1, curve=[[5, 2.0], [8, None], [10, 3.5]])]
-    data = marl_eval_json(entries)
-    task = data["deszoo"]["s_v0-small"]
+               _entry("s_v0", "small", "L", [3, 4], seed=1,
+                      curve=[[5, 2.0], [8, None], [10, 3.5]])]
+    task = marl_eval_json(entries)["deszoo"]["s_v0-small"]
     run = task["L"]["seed_1"]
-    assert list(run) == ["step_0", "step_1", "absolute_metrics"]  # the null point left out
-    assert run["step_1"] == {"step_count": 10, "return": [3.5]}
+    assert list(run) == ["step_0", "absolute_metrics"]
+    assert run["step_0"] == {"step_count": 10, "return": [3.0, 4.0]}
     assert run["absolute_metrics"] == {"return": [3.0, 4.0]}
     assert task["random"]["seed_0"]["step_0"] == {"step_count": 0, "return": [1.0, 2.0]}
+    data = marl_eval_json(entries, curves=True)
+    run = data["deszoo"]["s_v0-small"]["L"]["seed_1"]
+    assert list(run) == ["step_0", "step_1", "absolute_metrics"]  # the null point left out
+    assert run["step_1"] == {"step_count": 10, "return": [3.5]}
     json.dumps(data)  # plain JSON
 
 
