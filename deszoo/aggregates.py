@@ -339,12 +339,13 @@ def verdict(task: Task, learner: str) -> tuple[float, Paired, str]:
 
 
 def render_section(entries: Iterable[dict[str, Any]], scenarios: Iterable[str],
-                   notes: dict[tuple[str, str, str], str] | None = None) -> list[str]:
+                   notes: dict[tuple[str, str, str], str] | None = None,
+                   page: bool = True) -> list[str]:
     """The page's "Across tasks" section (Markdown lines) over the newest ``scenarios`` at
     :data:`PRESETS`: per task and learner the normalised score and the paired difference to
     random, then each learner's interquartile mean and mean with bootstrap intervals.
     ``notes`` maps (scenario, preset, learner) to the reason a learner fails, shown beside
-    its verdict."""
+    its verdict. ``page``: with the profile plot and the export (the docs page)."""
     from deszoo.scores import SEEDS
 
     tasks = tasks_from(entries, scenarios)
@@ -400,8 +401,10 @@ def render_section(entries: Iterable[dict[str, Any]], scenarios: Iterable[str],
         runs = sum(len(t.runs[learner]) for t in have)
         lines.append(f"| {learner} | {len(have)} | {runs} | {point:.2f} [{lo:.2f}, {hi:.2f}] | "
                      f"{mpoint:.2f} [{mlo:.2f}, {mhi:.2f}] | {passed} of {len(have)} |")
+    lines.append("")
+    if not page:
+        return lines
     lines += [
-        "",
         "Performance profiles: the fraction of a learner's (run, task) normalised scores "
         "above each threshold, with its 95% bootstrap band.",
         "",

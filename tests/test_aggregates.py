@@ -23,6 +23,7 @@ from deszoo.aggregates import (
     render_section,
     tasks_from,
 )
+from deszoo.cli import main as deszoo_main
 from deszoo.scores import entry_path, load, main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,3 +193,19 @@ def test_marl_eval_export_from_the_command(tmp_path):
     assert main(["--marl-eval", str(out), "--dir", str(ENTRIES)]) == 0
     data = json.loads(out.read_text())["deszoo"]
     assert "absolute_metrics" in data["jobshop_v0-small"]["random"]["seed_0"]
+
+
+def test_summary_command_prints_the_aggregates_of_a_folder(tmp_path, capsys):
+    """``deszoo scores --summary DIR`` on a user's folder: the learner's row and its IQM;
+    without the baselines, an error that says what to add."""
+    import shutil
+
+    for policy in ("random", "heuristic", "MaskablePPO"):
+        shutil.copy(ENTRIES / f"traffic_v1-small-{policy}.json", tmp_path)
+    assert deszoo_main(["scores", "--summary", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| `traffic_v1` small | MaskablePPO | 1 | 0.9" in out and "| passes |" in out
+    assert "| MaskablePPO | 1 | 1 |" in out and "![" not in out
+    (tmp_path / "traffic_v1-small-random.json").unlink()
+    assert deszoo_main(["scores", "--summary", str(tmp_path)]) == 2
+    assert "has both a random and a heuristic entry" in capsys.readouterr().err
