@@ -428,7 +428,8 @@ def render(entries: list[Entry]) -> str:
         "autoresets draw from those seeds), never on these seeds. Add an entry with "
         "`deszoo scores POLICY SCENARIO --preset P` (`random`, `heuristic`, `MODULE:ATTR` "
         "or a saved SB3 model); "
-        "the learned ones come from `benchmarks/train_baselines.py`. See "
+        "the learned ones come from `benchmarks/train_baselines.py`; `deszoo scores "
+        "--summary DIR` prints the aggregates below for a folder of entries. See "
         "[training.md](training.md). A learned cell shows training seed 0; "
         "[Across tasks](#across-tasks) takes every training seed.",
         "",
