@@ -451,7 +451,8 @@ def render(entries: list[Entry]) -> str:
             if n in by and by[n]["training"] is not None and scale is not None:
                 x = (by[n]["mean"] - scale[0]) / (scale[1] - scale[0])
                 if x <= 0.5:
-                    why.append(f"below half the random-to-heuristic gap (normalised {x:.2f})")
+                    shown = f"{x:.2f}" if f"{x:.2f}" != "0.50" else f"{x:.3f}"  # 0.499
+                    why.append(f"below half the random-to-heuristic gap (normalised {shown})")
             if n in by and by[n].get("note"):
                 why.append(by[n]["note"])
             if why:
