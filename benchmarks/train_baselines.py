@@ -14,6 +14,11 @@ episode going for its 20000 steps; such a point is stored as null) goes into the
     python benchmarks/train_baselines.py --only loadbalance_v0/small --algos maskable
     python benchmarks/train_baselines.py --presets small --plot docs/img
     python benchmarks/train_baselines.py --plot docs/img --algos none   # only the pictures
+    python benchmarks/train_baselines.py --only traffic_v1/small --algos mappo --seed 1
+
+``--seed S`` (default 0) is the training seed: it seeds the network and optimiser (torch)
+and the training sims, which are seeded ``1000 * S`` up (far below the held-out seeds for
+S < 10). An entry of training seed S > 0 is stored as ``...-POLICY-seedS.json``.
 
 Hyperparameters: :data:`DEFAULTS`, overridden per scenario and preset in :data:`TUNED`
 (docs/training.md has the table). Timesteps count rows (agent decisions offered), as SB3
@@ -188,6 +193,15 @@ TUNED: dict[tuple[str, str], dict[str, Any]] = {
 }
 """Per (scenario, preset) overrides of :data:`DEFAULTS`, with the reason in a comment."""
 
+# elevator_v2 and warehouse_v2 are v1 with a time limit (the same model, observations and
+# rewards up to ``max_time``); ridehail_v1 and traffic_v1 are v0 with other agent names and
+# departed agents listed differently. Each trains with the settings of the version before.
+for _old, _new in (("elevator_v1", "elevator_v2"), ("warehouse_v1", "warehouse_v2"),
+                   ("ridehail_v0", "ridehail_v1"), ("traffic_v0", "traffic_v1")):
+    for _preset in PRESETS:
+        if (_old, _preset) in TUNED:
+            TUNED[(_new, _preset)] = TUNED[(_old, _preset)]
+
 
 def config(name: str, preset: str) -> dict[str, Any]:
     """The hyperparameters of ``name`` at ``preset``."""
@@ -284,8 +298,16 @@ def capped_mean(policy: Policy, name: str, preset: str, cap: int) -> float | Non
     return None
 
 
+def sim_seed(train_seed: int) -> int:
+    """The seed of the first training sim of training seed ``train_seed``."""
+    if not 0 <= train_seed < 10:
+        raise ValueError(f"training seed {train_seed}: expected 0..9 (its sims, seeded "
+                         f"{1000 * train_seed} up, must stay below the held-out {SEEDS[0]})")
+    return 1000 * train_seed
+
+
 def train_maskable(name: str, preset: str, cfg: dict[str, Any],
-                   save: Path | None) -> tuple[Policy, dict[str, Any]]:
+                   save: Path | None, seed: int = 0) -> tuple[Policy, dict[str, Any]]:
     """Train MaskablePPO through ``to_sb3``; return the greedy masked policy and its record."""
     import torch
     from sb3_contrib import MaskablePPO
@@ -297,7 +319,7 @@ def train_maskable(name: str, preset: str, cfg: dict[str, Any],
     torch.set_num_threads(1)  # the cores are better spent on the simulation workers
     sims = num_sims(name, preset, cfg["rows"])
     start = time.perf_counter()
-    env = to_sb3(make_vec(name, sims, backend="shm", num_workers=2, seed=0,
+    env = to_sb3(make_vec(name, sims, backend="shm", num_workers=2, seed=sim_seed(seed),
                           autoreset_mode="SameStep", preset=preset, **cfg["env"]))
     if cfg["norm_reward"]:
         env = VecNormalize(env, norm_obs=False, norm_reward=True, gamma=cfg["gamma"])
@@ -316,7 +338,7 @@ def train_maskable(name: str, preset: str, cfg: dict[str, Any],
     model = MaskablePPO(
         policy_class, env, n_steps=cfg["n_steps"], batch_size=cfg["batch_size"],
         n_epochs=cfg["n_epochs"], learning_rate=cfg["lr"], gamma=cfg["gamma"],
-        gae_lambda=cfg["gae_lambda"], ent_coef=cfg["ent_coef"], seed=0, device="cpu",
+        gae_lambda=cfg["gae_lambda"], ent_coef=cfg["ent_coef"], seed=seed, device="cpu",
         policy_kwargs=policy_kwargs, **extra,
     )
 
@@ -335,11 +357,11 @@ def train_maskable(name: str, preset: str, cfg: dict[str, Any],
     if save is not None:
         model.save(save)
     return policy, _record("MaskablePPO (sb3-contrib) via to_sb3", model.num_timesteps, wall,
-                           sims, cfg, curve)
+                           sims, cfg, curve, seed)
 
 
-def train_loop(name: str, preset: str, cfg: dict[str, Any],
-               centralised: bool = False) -> tuple[Policy, dict[str, Any]]:
+def train_loop(name: str, preset: str, cfg: dict[str, Any], centralised: bool = False,
+               seed: int = 0) -> tuple[Policy, dict[str, Any]]:
     """Train the hand-written PPO loop (MAPPO with ``centralised``: the critic reads the
     global state); return the greedy masked policy and its record."""
     loop = _example("ppo_loop")
@@ -353,7 +375,8 @@ def train_loop(name: str, preset: str, cfg: dict[str, Any],
 
     start = time.perf_counter()
     # The loop has no entity policy: it trains its MLP (``entity`` is MaskablePPO's).
-    net = loop.train(name, cfg["timesteps"], sims, seed=0, n_steps=cfg["n_steps"],
+    # The loop seeds torch and its sims with one number: sims from 1000 * seed, torch too.
+    net = loop.train(name, cfg["timesteps"], sims, seed=sim_seed(seed), n_steps=cfg["n_steps"],
                      epochs=cfg["n_epochs"], minibatch=cfg["batch_size"], lr=cfg["lr"],
                      gamma=cfg["gamma"], lam=cfg["gae_lambda"], ent_coef=cfg["ent_coef"],
                      hidden=cfg["hidden"], time_scale=cfg["time_scale"],
@@ -364,7 +387,7 @@ def train_loop(name: str, preset: str, cfg: dict[str, Any],
     curve.maybe(done[0], functools.partial(net.act, greedy=True), force=True)
     return (functools.partial(net.act, greedy=True),
             _record("examples/ppo_loop.py" + (" --centralised (MAPPO)" if centralised else ""),
-                    done[0], wall, sims, cfg, curve))
+                    done[0], wall, sims, cfg, curve, seed))
 
 
 def sampled_maskable(name: str, preset: str, models: Path | None,
@@ -393,7 +416,7 @@ def sampled_maskable(name: str, preset: str, models: Path | None,
 
 
 def _record(algorithm: str, steps: int, wall: float, sims: int, cfg: dict[str, Any],
-            curve: Curve) -> dict[str, Any]:
+            curve: Curve, seed: int = 0) -> dict[str, Any]:
     hyper = {k: v for k, v in cfg.items()
              if k not in ("timesteps", "points", "rows", "env", "curve_cap")}
     if cfg["env"]:
@@ -404,7 +427,8 @@ def _record(algorithm: str, steps: int, wall: float, sims: int, cfg: dict[str, A
         for key in ("entity", "home"):
             hyper.pop(key)
     return {"algorithm": algorithm, "timesteps": int(steps), "wall_s": round(wall, 2),
-            "train_seed": 0, "num_sims": sims, "num_workers": 2, "hyperparameters": hyper,
+            "train_seed": seed, "sim_seed": sim_seed(seed), "num_sims": sims, "num_workers": 2,
+            "hyperparameters": hyper,
             "curve": curve.points, "curve_cap": curve.cap,
             "curve_eval_s": round(curve.eval_s, 2)}
 
@@ -419,21 +443,29 @@ def write(entry: dict[str, Any], out: Path) -> None:
              entry["policy"], entry["mean"], lo, hi, extra, path.name)
 
 
-def run(name: str, preset: str, algos: set[str], out: Path, models: Path | None) -> None:
+def run(name: str, preset: str, algos: set[str], out: Path, models: Path | None,
+        seed: int = 0) -> None:
     """Score the baselines and train the learned policies of ``name`` at ``preset``."""
     cfg = config(name, preset)
     command = f"python benchmarks/train_baselines.py --only {name}/{preset}"
+    if seed:
+        command += f" --seed {seed}"
+        if algos & {"baselines", "sampled"}:
+            raise SystemExit("--seed: only for the trained learners (maskable, loop, mappo)")
     jobs: list[tuple[str, Callable[[], tuple[Policy, dict | None]]]] = []
     if "baselines" in algos:
         jobs += [("random", lambda: (random_policy(0), None)),
                  ("heuristic", lambda: (heuristic_policy(name), None))]
     if "maskable" in algos:
         save = None if models is None else models / f"{name}-{preset}-maskableppo.zip"
-        jobs.append(("MaskablePPO", lambda: train_maskable(name, preset, cfg, save)))
+        if save is not None and seed:
+            save = save.with_name(f"{name}-{preset}-maskableppo-seed{seed}.zip")
+        jobs.append(("MaskablePPO", lambda: train_maskable(name, preset, cfg, save, seed)))
     if "loop" in algos:
-        jobs.append(("PPO-loop", lambda: train_loop(name, preset, cfg)))
+        jobs.append(("PPO-loop", lambda: train_loop(name, preset, cfg, seed=seed)))
     if "mappo" in algos:
-        jobs.append(("MAPPO-loop", lambda: train_loop(name, preset, cfg, centralised=True)))
+        jobs.append(("MAPPO-loop", lambda: train_loop(name, preset, cfg, centralised=True,
+                                                      seed=seed)))
     if "sampled" in algos:
         jobs.append(("MaskablePPO-sampled", lambda: sampled_maskable(name, preset, models, out)))
     for label, job in jobs:
@@ -552,6 +584,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=ROOT / DEFAULT_DIR)
     p.add_argument("--models", type=Path, default=None, help="folder to save SB3 models in")
     p.add_argument("--plot", type=Path, default=None, help="folder for the curve PNGs")
+    p.add_argument("--seed", type=int, default=0,
+                   help="training seed 0..9 (torch, and the sims seeded 1000 x SEED up)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if args.only:
@@ -561,7 +595,7 @@ def main(argv: list[str] | None = None) -> None:
     algos = set(args.algos.split(",")) - {"none"}
     log.info("held-out seeds %d..%d; works %s", SEEDS[0], SEEDS[-1], works)
     for name, preset in works if algos else []:
-        run(name, preset, algos, args.out, args.models)
+        run(name, preset, algos, args.out, args.models, args.seed)
     if args.plot:
         for path in plot(args.plot, args.out):
             log.info("wrote %s", path)

@@ -281,6 +281,12 @@ seeds:
   all 20). Training never uses them. The published scores page lists only entries
   on all 20 seeds at the preset's default config (the same work hash).
 
+summary:
+  deszoo scores --summary DIR prints, from the entries in DIR, each learner's
+  normalised score (0 = random, 1 = heuristic) and paired difference to random
+  per scenario and preset, and its interquartile mean across them with
+  stratified bootstrap intervals. It needs random and heuristic entries.
+
 Published scores: {doc("scores.md")}
 and their entries: {repo("benchmarks/scores")}
 """
@@ -293,7 +299,13 @@ the seeds stay far below ``2**32``)."""
 
 def _check_scores(args: argparse.Namespace):
     """Check the ``deszoo scores`` arguments and load the policy: ``(policy, name, source,
-    training)``."""
+    training)``; with ``--summary``, load the entries: ``("summary", entries, rejected)``."""
+    if args.summary is not None:
+        return _check_summary(args)
+    if args.policy is None or args.name is None:
+        missing = ", ".join(n for n, v in (("POLICY", args.policy), ("NAME", args.name))
+                            if v is None)
+        raise ConfigError(f"the following arguments are required: {missing} (or --summary)")
     cliargs.check_preset(args.name, args.preset)
     if args.seeds < 2:
         raise ConfigError(f"argument --seeds: a confidence interval needs at least 2 seeds, "
@@ -345,6 +357,43 @@ def _check_scores(args: argparse.Namespace):
     return policy, name, source, training, path
 
 
+def _check_summary(args: argparse.Namespace):
+    """``deszoo scores --summary DIR``: no policy to score; the entries of DIR, of which
+    some task has its random and heuristic entries."""
+    if args.policy is not None:
+        raise ConfigError("argument --summary: reads the entries of a folder; it takes no "
+                          "POLICY or NAME")
+    if not args.summary.is_dir():
+        raise ConfigError(f"argument --summary: no folder {str(args.summary)!r}")
+    from deszoo.aggregates import tasks_from
+    from deszoo.scores import load
+
+    entries, rejected = load(args.summary)
+    if not tasks_from([e.data for e in entries]):
+        raise ConfigError(f"argument --summary: no scenario and preset in {str(args.summary)!r} "
+                          "has both a random and a heuristic entry on the 20 held-out seeds "
+                          "(add them with `deszoo scores random NAME` and `deszoo scores "
+                          "heuristic NAME`)")
+    return "summary", entries, rejected
+
+
+def _run_summary(plan) -> int:
+    """Print the aggregates across the tasks of the entries (the newest version of each
+    scenario there), as the scores page shows them."""
+    from deszoo.aggregates import newest_versions, render_section
+
+    _, entries, rejected = plan
+    for path, errors in rejected:
+        print(f"{path}: left out: " + "; ".join(errors), file=sys.stderr)
+    data = [e.data for e in entries]
+    reasons = {(d["scenario"], d["preset"], d["policy"]): d["note"] for d in data
+               if d.get("note")}
+    lines = render_section(data, newest_versions({d["scenario"] for d in data}), reasons,
+                           page=False)
+    print("\n".join(lines).rstrip())
+    return 0
+
+
 def _load_sb3(path: Path):
     """A saved SB3 model as a greedy policy over rows, and its training timesteps."""
     if not path.is_file():
@@ -381,6 +430,8 @@ def _run_scores(args: argparse.Namespace, plan) -> int:
 
     from deszoo.scores import SEEDS, PolicyFailed, score
 
+    if plan[0] == "summary":
+        return _run_summary(plan)
     policy, name, source, training, path = plan
     seeds = range(SEEDS[0], SEEDS[0] + args.seeds)
     print(f"scoring {name} on {args.name} (preset {args.preset}), seeds "
@@ -490,10 +541,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=SCORES_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sc.add_argument("policy", metavar="POLICY",
+    sc.add_argument("policy", metavar="POLICY", nargs="?",
                     help="random, heuristic, MODULE:ATTR or a saved SB3 model (see below)")
-    sc.add_argument("name", type=cliargs.env_name, metavar="NAME",
+    sc.add_argument("name", type=cliargs.env_name, metavar="NAME", nargs="?",
                     help="the scenario, e.g. loadbalance_v0, or your own env as MODULE:ATTR")
+    sc.add_argument("--summary", type=Path, nargs="?", const=Path("."), default=None,
+                    metavar="DIR",
+                    help="score nothing: print the aggregates of the entries in DIR (default "
+                    "the current folder): per scenario and preset the normalised score "
+                    "(0 = random, 1 = heuristic) and the paired difference to random of "
+                    "each learner, then each learner's IQM with bootstrap intervals")
     sc.add_argument("--preset", default="default", metavar="P",
                     help="the scenario's preset (default: default)")
     sc.add_argument("--seeds", type=cliargs.positive_int, default=20, metavar="N",

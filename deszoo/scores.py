@@ -5,7 +5,9 @@ over agents) on one scenario and preset, one episode per held-out seed, their me
 95% t-interval, how long the policy trained, and a *work hash* over what was evaluated
 (scenario, version, preset, the resolved scenario config and the seeds), so that entries
 compare only on the same work. ``python -m deszoo.scores`` writes ``docs/scores.md`` from
-the entries (``--check``: fail if it is out of date); ``deszoo scores`` adds an entry.
+the entries (``--check``: fail if it is out of date), with the aggregates across tasks of
+:mod:`deszoo.aggregates` and their performance-profile plot; ``--marl-eval FILE`` exports the
+entries for marl-eval; ``deszoo scores`` adds an entry.
 """
 
 from __future__ import annotations
@@ -48,12 +50,12 @@ __all__ = [
     "t_quantile",
     "validate",
     "write_docs",
+    "write_profiles",
 ]
 
 SCHEMA = "deszoo.scores/1"
-# The scenario versions the published entries are on (one per scenario). ridehail_v1 and
-# traffic_v1 differ from their v0 only in how departed agents are listed and in agent names
-# (the same model, trajectories and rewards); they get entries when they are retrained.
+# The first version of each scenario: every one has MaskablePPO and, on small, the PPO loop
+# (tests/test_scores.py). Every registered version has random, heuristic and a learner.
 SCORED = ("elevator_v0", "jobshop_v0", "loadbalance_v0", "ridehail_v0", "supplychain_v0",
           "traffic_v0", "warehouse_v0")
 """Name and version of the entry format (the ``schema`` field of every entry)."""
@@ -248,10 +250,17 @@ def score(policy: Policy, scenario: str, preset: str = "default", *, name: str,
 
 
 def entry_path(entry: dict[str, Any], directory: str | Path = DEFAULT_DIR) -> Path:
-    """Where ``entry`` is stored: ``SCENARIO-PRESET-POLICY.json`` in ``directory``."""
+    """Where ``entry`` is stored: ``SCENARIO-PRESET-POLICY.json`` in ``directory``
+    (``...-POLICY-seedS.json`` for a learner of training seed ``S`` other than 0)."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", entry["policy"]).strip("-") or "policy"
     scenario = re.sub(r"[^A-Za-z0-9_.-]+", "-", entry["scenario"])  # MODULE:ATTR
-    return Path(directory) / f"{scenario}-{entry['preset']}-{slug}.json"
+    seed = _train_seed(entry)
+    tail = f"-seed{seed}" if seed else ""
+    return Path(directory) / f"{scenario}-{entry['preset']}-{slug}{tail}.json"
+
+
+def _train_seed(entry: dict[str, Any]) -> int:
+    return int((entry.get("training") or {}).get("train_seed", 0))
 
 
 # ---- the schema -------------------------------------------------------------------------
@@ -384,8 +393,21 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
+def _normaliser(group: list[Entry]) -> tuple[float, float] | None:
+    """Random's and the heuristic's mean in ``group`` (one task), if the heuristic is the
+    better of the two."""
+    by = {e.data["policy"]: e.data["mean"] for e in group}
+    if "random" in by and "heuristic" in by and by["heuristic"] > by["random"]:
+        return by["random"], by["heuristic"]
+    return None
+
+
 def render(entries: list[Entry]) -> str:
-    """``docs/scores.md``: a summary table, then every entry per scenario and preset."""
+    """``docs/scores.md``: a summary table, the aggregates across tasks, then every entry
+    per scenario and preset."""
+    from deszoo import list_envs
+    from deszoo.aggregates import newest_versions, paired_difference, render_section
+
     groups: dict[tuple[str, str], list[Entry]] = {}
     for e in entries:
         groups.setdefault((e.data["scenario"], e.data["preset"]), []).append(e)
@@ -402,11 +424,14 @@ def render(entries: list[Entry]) -> str:
         f"one episode on each of the {len(SEEDS)} held-out seeds {SEEDS[0]}..{SEEDS[-1]}, "
         "at the preset's default config. Higher is better. Learned policies act greedily "
         "with the mask (`-sampled`: the same model, sampling its masked distribution) "
-        "and were trained on sims seeded from 0 up (their autoresets draw "
-        "from those seeds), never on these seeds. Add an entry with `deszoo scores POLICY "
-        "SCENARIO --preset P` (`random`, `heuristic`, `MODULE:ATTR` or a saved SB3 model); "
-        "the learned ones come from `benchmarks/train_baselines.py`. See "
-        "[training.md](training.md).",
+        "and were trained on sims seeded from 1000 S up for training seed S (their "
+        "autoresets draw from those seeds), never on these seeds. Add an entry with "
+        "`deszoo scores POLICY SCENARIO --preset P` (`random`, `heuristic`, `MODULE:ATTR` "
+        "or a saved SB3 model); "
+        "the learned ones come from `benchmarks/train_baselines.py`; `deszoo scores "
+        "--summary DIR` prints the aggregates below for a folder of entries. See "
+        "[training.md](training.md). A learned cell shows training seed 0; "
+        "[Across tasks](#across-tasks) takes every training seed.",
         "",
     ]
     if not entries:
@@ -415,29 +440,54 @@ def render(entries: list[Entry]) -> str:
               "|---|---|" + "---:|" * len(names)]
     notes: list[str] = []  # an entry's note: a marker in its cell, the line under the table
     for key in keys:
-        by = {e.data["policy"]: e.data for e in groups[key]}
+        by: dict[str, dict[str, Any]] = {}
+        for e in sorted(groups[key], key=lambda e: -_train_seed(e.data)):
+            by[e.data["policy"]] = e.data  # the lowest training seed stays
+        scale = _normaliser(groups[key])
         cells = []
         for n in names:
             cell = _cell(by[n]) if n in by else "-"
+            why = []
+            if n in by and by[n]["training"] is not None and scale is not None:
+                x = (by[n]["mean"] - scale[0]) / (scale[1] - scale[0])
+                if x <= 0.5:
+                    shown = f"{x:.2f}" if f"{x:.2f}" != "0.50" else f"{x:.3f}"  # 0.499
+                    why.append(f"below half the random-to-heuristic gap (normalised {shown})")
             if n in by and by[n].get("note"):
-                notes.append(f"{len(notes) + 1}. `{key[0]}` {key[1]}, {n}: {by[n]['note']}")
+                why.append(by[n]["note"])
+            if why:
+                notes.append(f"{len(notes) + 1}. `{key[0]}` {key[1]}, {n}: " + "; ".join(why))
                 cell += f" ({len(notes)})"
             cells.append(cell)
         lines.append(f"| `{key[0]}` | {key[1]} | " + " | ".join(cells) + " |")
     if notes:
         lines += ["", *notes]
-    lines += ["", "## Entries", ""]
-    lines += ["| scenario | preset | policy | mean | 95% CI | training | timesteps | "
-              "train wall | work hash | entry |",
-              "|---|---|---|---:|---|---|---:|---:|---|---|"]
+    reasons = {(e.data["scenario"], e.data["preset"], e.data["policy"]): e.data["note"]
+               for e in entries if e.data.get("note")}
+    lines += ["", *render_section([e.data for e in entries], newest_versions(list_envs()),
+                                  reasons)]
+    lines += ["## Entries", "",
+              "Normalised: (mean - random's) / (heuristic's - random's). Paired difference: "
+              "the return minus random's on the same seed, mean and 95% t-interval.", ""]
+    lines += ["| scenario | preset | policy | seed | mean | 95% CI | normalised | paired "
+              "difference to random | training | timesteps | train wall | work hash | entry |",
+              "|---|---|---|---:|---:|---|---:|---|---|---:|---:|---|---|"]
     for key in keys:
+        scale = _normaliser(groups[key])
+        rand = next((e.data for e in groups[key] if e.data["policy"] == "random"), None)
         for e in sorted(groups[key], key=lambda e: (_ORDER.get(e.data["policy"], 2),
-                                                    e.data["policy"])):
+                                                    e.data["policy"], _train_seed(e.data))):
             d, t = e.data, e.data["training"]
             lo, hi = d["ci95"]
+            norm = "-" if scale is None else f"{(d['mean'] - scale[0]) / (scale[1] - scale[0]):.2f}"
+            paired = "-"
+            if rand is not None and d["policy"] != "random":
+                p = paired_difference(d["returns"], rand["returns"])
+                paired = f"{p.mean:+.1f} [{p.lo:+.1f}, {p.hi:+.1f}]"
             lines.append(
-                f"| `{key[0]}` | {key[1]} | {d['policy']} | {d['mean']:.1f} | "
-                f"[{lo:.1f}, {hi:.1f}] | {t['algorithm'] if t else '-'} | "
+                f"| `{key[0]}` | {key[1]} | {d['policy']} | {'-' if not t else _train_seed(d)} | "
+                f"{d['mean']:.1f} | [{lo:.1f}, {hi:.1f}] | {norm} | {paired} | "
+                f"{t['algorithm'] if t else '-'} | "
                 f"{'-' if not t else format(t['timesteps'], ',')} | "
                 f"{'-' if not t else _duration(t['wall_s'])} | `{d['work_hash']}` | "
                 f"[{e.path.stem}](../benchmarks/scores/{e.path.name}) |"
@@ -455,10 +505,13 @@ def render(entries: list[Entry]) -> str:
 
 
 def write_docs(directory: str | Path = DEFAULT_DIR, out: str | Path = DEFAULT_OUT,
-               check: bool = False) -> list[str]:
+               check: bool = False, plot: bool = True) -> list[str]:
     """Render ``out`` from the entries in ``directory``; return the problems found.
 
-    With ``check`` nothing is written, and an out-of-date ``out`` is a problem.
+    With ``plot`` the performance profiles are drawn beside it (``img/score_profiles.png``
+    next to ``out``; skipped with a warning without matplotlib). With ``check`` nothing is
+    written, and an out-of-date ``out`` is a problem (the picture is not compared: its bytes
+    depend on the matplotlib version).
     """
     entries, rejected = load(directory)
     problems = [f"{p}: rejected: " + "; ".join(errs) for p, errs in rejected]
@@ -468,29 +521,73 @@ def write_docs(directory: str | Path = DEFAULT_DIR, out: str | Path = DEFAULT_OU
             problems.append(f"{out} is out of date; run `python -m deszoo.scores --docs`")
     elif not rejected:
         out.write_text(page)
+        if plot:
+            write_profiles([e.data for e in entries], out.parent)
     return problems
 
 
+def write_profiles(entries: list[dict[str, Any]], docs: str | Path) -> Path | None:
+    """Draw the performance profiles of the newest scenario versions' learners into
+    ``docs/img/score_profiles.png``; ``None`` (and a warning) without matplotlib."""
+    import importlib.util
+    import warnings
+
+    from deszoo import list_envs
+    from deszoo.aggregates import (
+        PROFILE_IMAGE,
+        learners_of,
+        newest_versions,
+        plot_profiles,
+        tasks_from,
+    )
+
+    if importlib.util.find_spec("matplotlib") is None:
+        warnings.warn("no matplotlib: the performance profiles were not drawn "
+                      "(pip install matplotlib)", stacklevel=2)
+        return None
+    tasks = tasks_from(entries, newest_versions(list_envs()))
+    path = Path(docs) / PROFILE_IMAGE
+    path.parent.mkdir(exist_ok=True)
+    return plot_profiles(tasks, learners_of(tasks), path)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m deszoo.scores --docs [--check]``."""
+    """``python -m deszoo.scores --docs [--check] [--marl-eval FILE]``."""
     import argparse
 
     from deszoo._links import REPOSITORY
 
     p = argparse.ArgumentParser(prog="python -m deszoo.scores",
-                                description="Write docs/scores.md from benchmarks/scores/.")
-    p.add_argument("--docs", action="store_true", help="write the page (required)")
+                                description="Write docs/scores.md (with the aggregates "
+                                "across tasks and the profile plot) from benchmarks/scores/, "
+                                "or export the entries for marl-eval.")
+    p.add_argument("--docs", action="store_true", help="write the page and the plot")
     p.add_argument("--check", action="store_true", help="only check that it is up to date")
+    p.add_argument("--marl-eval", type=Path, default=None, metavar="FILE",
+                   help="write the entries of --dir as marl-eval's raw-data JSON to FILE")
+    p.add_argument("--curves", action="store_true",
+                   help="with --marl-eval: the learning curves as the steps (marl-eval needs "
+                   "equal step counts across runs; the default, one step per run, has them)")
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
-    if not args.docs:
-        p.error("nothing to do: pass --docs")
-    if not args.dir.is_dir() or not args.out.parent.is_dir():
+    if not args.docs and args.marl_eval is None:
+        p.error("nothing to do: pass --docs or --marl-eval FILE")
+    if not args.dir.is_dir() or (args.docs and not args.out.parent.is_dir()):
         missing = args.dir if not args.dir.is_dir() else args.out.parent
         p.error(f"no folder {str(missing)!r} here: --docs runs at the top of a checkout of the "
-                f"repository ({REPOSITORY}), where it writes {args.out} from {args.dir}")
-    problems = write_docs(args.dir, args.out, check=args.check)
+                f"repository ({REPOSITORY}), where it writes {args.out} from {args.dir} "
+                "(--marl-eval reads --dir DIR, a folder of entries)")
+    problems: list[str] = []
+    if args.marl_eval is not None:
+        from deszoo.aggregates import marl_eval_json
+
+        entries, rejected = load(args.dir)
+        problems += [f"{p}: rejected: " + "; ".join(errs) for p, errs in rejected]
+        data = marl_eval_json([e.data for e in entries], curves=args.curves)
+        args.marl_eval.write_text(json.dumps(data, indent=1) + "\n")
+    if args.docs:
+        problems += write_docs(args.dir, args.out, check=args.check)
     for line in problems:
         print(line, file=sys.stderr)
     return 1 if problems else 0

@@ -80,6 +80,8 @@ BAD = [
     (["bench", "--autotune", "jobshop_v0", "--modes", "warp"], "--modes: unknown mode"),
     (["leaderboard", "--dir", "no/such/folder"], "--dir: no folder 'no/such/folder'"),
     (["scores"], "required: POLICY, NAME"),
+    (["scores", "random", "--summary"], "--summary: reads the entries of a folder"),
+    (["scores", "--summary", "no/such/folder"], "--summary: no folder 'no/such/folder'"),
     (["scores", "random", "nosuch_v0"], "unknown scenario 'nosuch_v0'"),
     (["scores", "random", "jobshop_v0", "--preset", "huge"], "unknown preset 'huge'"),
     (["scores", "random", "jobshop_v0", "--seeds", "1"], "--seeds: a confidence interval"),
