@@ -100,7 +100,8 @@ class ActorCritic(nn.Module):
 
     def dist(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.distributions.Categorical:
         logits = self.pi(obs).masked_fill(~mask, -1e8)  # masked-out actions get probability 0
-        return torch.distributions.Categorical(logits=logits)
+        # No argument checks: they cost more than the small forward pass (rows of a batch).
+        return torch.distributions.Categorical(logits=logits, validate_args=False)
 
     def act(self, obs: np.ndarray, mask: np.ndarray, greedy: bool = False) -> np.ndarray:
         with torch.no_grad():
