@@ -211,7 +211,8 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
           phases: Phases | None = None, **kw: Any) -> ActorCritic:
     """Train a shared policy for ``timesteps`` rows (agent decisions offered, as SB3 counts).
 
-    ``num_envs`` simulations on ``backend`` (``num_workers`` workers in all), collected as
+    ``num_envs`` simulations on ``backend`` (``num_workers`` workers in all; at least one per
+    half with two halves), collected as
     ``collect`` says (module docstring). Rewards are multiplied by ``reward_scale`` for
     learning (returns in the thousands make the value loss swamp the policy's).
     ``on_update(timesteps_so_far, net)`` is called after every update (for a learning

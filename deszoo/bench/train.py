@@ -33,6 +33,7 @@ the best is the least disturbed run.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import importlib.util
 import math
 import statistics
@@ -236,6 +237,9 @@ def run_once(row: TrainRow, settings: TrainSettings) -> dict[str, Any]:
             timesteps, phases = _sb3_run(row, settings)
         else:
             timesteps, phases = _loop_run(row, settings)
+    # The run's cycles collected now, so that no SuperSuit ProcConcatVec is still alive when
+    # the next run forks its workers (its __del__ in a forked child prints an AssertionError).
+    gc.collect()
     return {"timesteps": int(timesteps), "wall_s": phases.wall,
             "seconds": dict(phases.seconds), "shares": phases.shares()}
 
