@@ -22,6 +22,7 @@ from deszoo.errors import ConfigError
 
 if TYPE_CHECKING:
     from deszoo.bench.runner import Config, Matrix
+    from deszoo.bench.train import TrainRow, TrainSettings  # noqa: F401 (TrainPlan)
 
 __all__ = [
     "DEFAULT_PLOT",
@@ -96,6 +97,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        help="the leaderboard's suite (every scenario; several minutes)")
     suite.add_argument("--autotune", metavar="ENV", type=cliargs.env_name,
                        help="sweep workers x envs per worker for ENV; recommend the fastest")
+    suite.add_argument("--train", action="store_true",
+                       help="timesteps/s inside PPO training (SB3 through to_sb3, the "
+                       "SuperSuit chain, deszoo's PPO loop sync and pipelined) with the "
+                       "share of env steps, inference and updates; default jobshop_v0, "
+                       "8 envs, roundrobin and shm; needs torch and 'deszoo[sb3]'")
     b.add_argument("--scenarios", type=cliargs.names, metavar="A,B",
                    help="scenarios, 'all', or NAME/PRESET entries, where NAME may be your "
                    "own env as MODULE:ATTR (a class or factory importable from the current "
@@ -109,10 +115,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="envs per row, e.g. 4,8,16")
     b.add_argument("--workers", type=cliargs.positive_ints, metavar="W,V",
                    help="worker counts for multiprocess modes")
+    b.add_argument("--learners", type=cliargs.names, metavar="L,M",
+                   help="with --train: learners (default all: supersuit-chain, sb3, "
+                   "ppo-loop, ppo-loop-pipelined)")
     b.add_argument("--envs-per-worker", type=cliargs.positive_ints, metavar="E,F",
                    help="with --autotune: envs per worker to try (default 1,2,4,8,16)")
     b.add_argument("--steps", type=cliargs.positive_int, metavar="N",
-                   help="env steps per row (the work)")
+                   help="env steps per row (the work); with --train, timesteps per run")
     b.add_argument("--repeats", type=cliargs.positive_int, metavar="R",
                    help="timed repeats per row (default 3)")
     b.add_argument("--warmup", type=_fraction, metavar="F",
@@ -161,8 +170,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 class BenchPlan:
     """What ``deszoo bench`` will run, once its arguments have passed every check."""
 
-    matrix: Matrix
+    matrix: Matrix | None
     configs: list[Config] | None  # autotune's rows, or None for matrix.configs()
+    train: TrainPlan | None = None  # --train's rows and settings instead of a matrix
+
+
+@dataclass
+class TrainPlan:
+    """What ``deszoo bench --train`` will run."""
+
+    rows: list[TrainRow]
+    settings: TrainSettings
 
 
 def _check_plot(path: Path) -> None:
@@ -290,6 +308,67 @@ def _matrix_plan(args: argparse.Namespace) -> BenchPlan:
     return BenchPlan(matrix, None)
 
 
+_NOT_WITH_TRAIN = (("plot", "--plot"), ("envs_per_worker", "--envs-per-worker"),
+                   ("warmup", "--warmup"), ("no_interleave", "--no-interleave"),
+                   ("wide", "--wide"))
+
+
+def _train_plan(args: argparse.Namespace) -> BenchPlan:
+    from deszoo.bench.modes import missing_package, vector_backends
+    from deszoo.bench.train import (
+        DEFAULT_BACKENDS,
+        LEARNERS,
+        TrainSettings,
+        install_hint,
+        missing_packages,
+        train_rows,
+    )
+    from deszoo.episodes import is_user_env
+    from deszoo.vector import usable_cores
+
+    for attr, flag in _NOT_WITH_TRAIN:
+        if getattr(args, attr):
+            raise ConfigError(f"argument {flag}: not with --train")
+    learners = args.learners or list(LEARNERS)
+    unknown = [lr for lr in learners if lr not in LEARNERS]
+    if unknown:
+        raise ConfigError(f"argument --learners: unknown {', '.join(unknown)}; learners are "
+                          f"{', '.join(LEARNERS)}")
+    missing = missing_packages(learners)
+    if missing:
+        raise ConfigError(f"--train needs {', '.join(missing)} (learners "
+                          f"{', '.join(learners)}): {install_hint(missing)}")
+    entries = args.scenarios or ["jobshop_v0"]
+    if any(is_user_env(e.partition("/")[0]) for e in entries):
+        raise ConfigError("argument --scenarios: --train takes registered scenarios only")
+    if entries == ["all"]:
+        raise ConfigError("argument --scenarios: --train takes scenarios by name, not 'all'")
+    _check_entries(entries, args.presets)
+    scenarios = []
+    for e in entries:
+        name, _, preset = e.partition("/")
+        scenarios += [(name, p) for p in ([preset] if preset else args.presets or ["default"])]
+    backends = args.modes or list(DEFAULT_BACKENDS)
+    for b in backends:
+        if b == "serial" or b not in vector_backends():
+            raise ConfigError(f"argument --modes: {b!r} is not a vector backend; --train runs "
+                              f"the learners on {', '.join(vector_backends())}")
+        if missing_package(b):
+            raise ConfigError(f"argument --modes: {b} needs {missing_package(b)}: pip install "
+                              "it")
+    settings = TrainSettings()
+    for attr, value in (("timesteps", args.steps), ("repeats", args.repeats),
+                        ("seed", args.seed)):
+        if value is not None:
+            setattr(settings, attr, value)
+    rows = train_rows(scenarios, learners, backends, args.num_envs or [8],
+                      args.workers or [usable_cores()])
+    if not rows:
+        raise ConfigError("--train: no row to run (ppo-loop-pipelined runs on multiprocess "
+                          "backends only)")
+    return BenchPlan(None, None, TrainPlan(rows, settings))
+
+
 def check_bench(args: argparse.Namespace) -> BenchPlan | None:
     """Check every ``deszoo bench`` argument; the plan to run (None for ``--list-modes``).
 
@@ -302,6 +381,10 @@ def check_bench(args: argparse.Namespace) -> BenchPlan | None:
         cliargs.check_output_path(args.out, "--out")
     if args.plot is not None:
         _check_plot(args.plot)
+    if args.train:
+        return _train_plan(args)
+    if args.learners:
+        raise ConfigError("argument --learners: only with --train")
     if args.envs_per_worker and not args.autotune:
         raise ConfigError("argument --envs-per-worker: only with --autotune")
     return _autotune_plan(args) if args.autotune else _matrix_plan(args)
@@ -413,6 +496,8 @@ def run_bench(args: argparse.Namespace, plan: BenchPlan | None) -> int:
         return 0
     argv = getattr(args, "argv", None)
     command = "deszoo " + shlex.join(sys.argv[1:] if argv is None else argv)
+    if plan.train is not None:
+        return _run_train(args, plan.train, console, command)
     progress = _progress(console, args.no_progress)
     with progress:
         task = progress.add_task("starting", total=total_units(plan.matrix, plan.configs))
@@ -451,6 +536,52 @@ def run_bench(args: argparse.Namespace, plan: BenchPlan | None) -> int:
             console.print(f"  {line}", highlight=False, markup=False)
         return 1
     return 0
+
+
+def _run_train(args: argparse.Namespace, plan, console, command: str) -> int:
+    """``deszoo bench --train``: run the learners, print the table, write ``--out``."""
+    from deszoo.bench import train
+    from deszoo.bench.report import markdown_table
+
+    progress = _progress(console, args.no_progress)
+    with progress:
+        task = progress.add_task("starting", total=len(plan.rows) * plan.settings.repeats)
+
+        def tick(advance: float, description: str) -> None:
+            progress.update(task, advance=advance, description=description or None)
+
+        try:
+            result = train.run_train(plan.rows, plan.settings, progress=tick)
+        except KeyboardInterrupt:
+            progress.stop()
+            print("deszoo: interrupted; no result written", file=sys.stderr)
+            return 130
+    result["command"] = command
+    result["machine"]["label"] = args.label
+    if args.markdown:
+        text = markdown_table(result["rows"], train.COLUMNS, train.row_cells)
+        console.print(text + "\n\n" + train.caption(result), highlight=False, markup=False,
+                      soft_wrap=True)
+    else:
+        from rich import box
+        from rich.table import Table
+
+        table = Table(title="deszoo bench --train", caption=train.caption(result),
+                      caption_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                      pad_edge=False, collapse_padding=True)
+        for name, justify in train.COLUMNS:
+            table.add_column(name, justify=justify, no_wrap=True)
+        for row in result["rows"]:
+            table.add_row(*train.row_cells(row))
+        console.print(table, crop=False)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        console.print(f"wrote {args.out}", highlight=False)
+    failed = [r for r in result["rows"] if r["error"] is not None]
+    for r in failed:
+        console.print(f"failed: {r['learner']} on {r['backend']}: {r['error']}",
+                      highlight=False, markup=False)
+    return 1 if failed else 0
 
 
 def _describe(row: dict) -> str:

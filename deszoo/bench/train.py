@@ -1,0 +1,332 @@
+"""``deszoo bench --train``: timesteps/s inside a training loop, by learner and backend.
+
+The other modes of the harness time env steps under a trivial policy; this one times what a
+user of a learner sees: end-to-end timesteps/s (a timestep is a row, one agent of one
+simulation, as SB3 counts), and the share of the wall time in each phase, measured by
+wrapping the calls of each phase (:class:`deszoo.ppo.Phases`):
+
+* ``env``: the vector env's calls as the learner makes them (SB3's ``step_async``,
+  ``step_wait`` and ``reset``, with ``to_sb3``'s or SuperSuit's conversions; the PPO loop's
+  ``step``, ``send``, ``recv`` and ``reset``: pipelined, only the waiting that is left);
+* ``inference``: the policy's forward passes while collecting (SB3's ``policy.forward`` and
+  ``predict_values``; the loop's sampling and bootstrap values);
+* ``update``: SB3's ``train()``; the loop's advantages and gradient steps;
+* ``other``: the rest (rollout buffers, tensors, callbacks).
+
+Learners (:data:`LEARNERS`), each on the same settings (:class:`TrainSettings`, SB3 PPO's
+``n_steps``, ``batch_size``, ``n_epochs`` and a 64x64 tanh MLP, torch on one thread):
+
+* ``supersuit-chain``: the route of PettingZoo's SB3 tutorial, the reference:
+  ``pettingzoo_env_to_vec_env_v1`` + ``concat_vec_envs_v1(num_cpus=workers)`` into SB3
+  ``PPO("MlpPolicy")``;
+* ``sb3``: the same PPO through ``to_sb3(make_vec(..., backend=B))``;
+* ``ppo-loop``: deszoo's own loop (:mod:`deszoo.ppo`), ``collect="sync"``, on backend B;
+* ``ppo-loop-pipelined``: the same loop double-buffered over two halves (``send``/``recv``);
+  on multiprocess backends only (in one process there is nothing to overlap).
+
+Every run builds its vector env untimed (worker start-up is not training), then times
+``learn`` (SB3) or the loop from its first reset to its last update. Rows alternate within
+a repeat and the best repeat is reported, with the median beside it: on a shared machine
+the best is the least disturbed run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import importlib.util
+import math
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from deszoo.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_BACKENDS",
+    "LEARNERS",
+    "TrainRow",
+    "TrainSettings",
+    "install_hint",
+    "missing_packages",
+    "run_once",
+    "run_train",
+    "train_rows",
+]
+
+LEARNERS = ("supersuit-chain", "sb3", "ppo-loop", "ppo-loop-pipelined")
+"""The learners of ``deszoo bench --train``, in the order of its table."""
+
+NEEDS = {
+    "supersuit-chain": ("torch", "stable_baselines3", "supersuit"),
+    "sb3": ("torch", "stable_baselines3"),
+    "ppo-loop": ("torch",),
+    "ppo-loop-pipelined": ("torch",),
+}
+"""The importable packages each learner needs."""
+
+DEFAULT_BACKENDS = ("roundrobin", "shm")
+"""The backends the learners run on unless ``--modes`` says."""
+
+CHAIN = "supersuit-chain"
+
+
+@dataclass
+class TrainSettings:
+    """What every learner of a run trains with, and how much."""
+
+    timesteps: int = 32_768  # per run, rounded up to whole rollouts
+    n_steps: int = 64  # steps per row per rollout
+    minibatch: int = 512
+    epochs: int = 2
+    hidden: int = 64
+    repeats: int = 2
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TrainRow:
+    """One learner on one backend for one scenario, batch size and worker count."""
+
+    scenario: str
+    preset: str
+    learner: str
+    backend: str  # "supersuit" for the chain (its own transport)
+    num_sims: int
+    num_workers: int  # 0 in the parent process (roundrobin)
+
+
+def missing_packages(learners: list[str]) -> list[str]:
+    """The packages ``learners`` need that this install lacks (import names)."""
+    need = dict.fromkeys(p for lr in learners for p in NEEDS[lr])
+    return [p for p in need if importlib.util.find_spec(p) is None]
+
+
+def install_hint(missing: list[str]) -> str:
+    """What to install for ``missing`` (a CPU torch first, so pip takes no CUDA build)."""
+    steps = []
+    if "torch" in missing:
+        steps.append("pip install torch --index-url https://download.pytorch.org/whl/cpu")
+    if {"stable_baselines3", "supersuit"} & set(missing):
+        steps.append("pip install 'deszoo[sb3]'")
+    return "; then ".join(steps)
+
+
+def train_rows(scenarios: list[tuple[str, str]], learners: list[str], backends: list[str],
+               num_sims: list[int], workers: list[int]) -> list[TrainRow]:
+    """Every row of a run: per scenario, batch size and worker count, the chain first, then
+    each other learner on each backend (``ppo-loop-pipelined`` on multiprocess ones)."""
+    unknown = [lr for lr in learners if lr not in LEARNERS]
+    if unknown:
+        raise ConfigError(f"unknown learner(s) {unknown}; learners are {list(LEARNERS)}")
+    rows = []
+    for (name, preset) in scenarios:
+        for n in num_sims:
+            for w in workers:
+                for learner in [lr for lr in LEARNERS if lr in learners]:
+                    if learner == CHAIN:
+                        rows.append(TrainRow(name, preset, learner, "supersuit", n, w))
+                        continue
+                    for b in backends:
+                        if learner == "ppo-loop-pipelined" and b == "roundrobin":
+                            continue
+                        if learner == "ppo-loop-pipelined" and n < 2:
+                            continue
+                        rows.append(TrainRow(name, preset, learner, b, n,
+                                             0 if b == "roundrobin" else w))
+    # one row per distinct config: roundrobin ignores the worker count
+    return list(dict.fromkeys(rows))
+
+
+def _timed_vec_env(venv, phases):
+    """``venv`` (an SB3 ``VecEnv``) with its steps and resets timed as ``env``."""
+    from stable_baselines3.common.vec_env import VecEnvWrapper
+
+    class Timed(VecEnvWrapper):
+        def __init__(self, inner):
+            super().__init__(inner)
+            self.reset = phases.wrap(inner.reset, "env")
+            self.step_async = phases.wrap(inner.step_async, "env")
+            self.step_wait = phases.wrap(inner.step_wait, "env")
+
+        def reset(self):  # replaced per instance above
+            return self.venv.reset()
+
+        def step_wait(self):  # replaced per instance above
+            return self.venv.step_wait()
+
+    return Timed(venv)
+
+
+def _sb3_run(row: TrainRow, s: TrainSettings):
+    import numpy as np
+    import torch
+    from stable_baselines3 import PPO
+
+    from deszoo.ppo import Phases
+
+    phases = Phases()
+    torch.set_num_threads(1)  # as the PPO loop does: the cores go to the workers
+    torch.manual_seed(s.seed)
+    np.random.seed(s.seed)  # SB3's own draws; the chain's envs cannot be seeded through PPO
+    if row.learner == CHAIN:
+        import supersuit as ss
+
+        import deszoo
+
+        env = ss.concat_vec_envs_v1(
+            ss.pettingzoo_env_to_vec_env_v1(deszoo.make(row.scenario, preset=row.preset)),
+            row.num_sims, num_cpus=row.num_workers, base_class="stable_baselines3")
+        seed = None  # SuperSuit's SB3 wrapper has no seed(): PPO(seed=...) fails on it
+    else:
+        from deszoo.vector import make_vec, to_sb3
+
+        env = to_sb3(make_vec(row.scenario, row.num_sims, backend=row.backend,
+                              num_workers=row.num_workers or None, seed=s.seed,
+                              autoreset_mode="SameStep", env_kwargs={"preset": row.preset}))
+        seed = s.seed
+    try:
+        env = _timed_vec_env(env, phases)
+        model = PPO("MlpPolicy", env, n_steps=s.n_steps, batch_size=s.minibatch,
+                    n_epochs=s.epochs, seed=seed, device="cpu", verbose=0,
+                    policy_kwargs={"net_arch": [s.hidden, s.hidden]})
+        policy = model.policy
+        policy.forward = phases.wrap(policy.forward, "inference")
+        policy.predict_values = phases.wrap(policy.predict_values, "inference")
+        model.train = phases.wrap(model.train, "update")
+        rollout = s.n_steps * env.num_envs
+        total = math.ceil(s.timesteps / rollout) * rollout
+        t0 = time.perf_counter()
+        model.learn(total)
+        phases.wall = time.perf_counter() - t0
+        return model.num_timesteps, phases
+    finally:
+        env.close()
+
+
+def _loop_run(row: TrainRow, s: TrainSettings):
+    import deszoo
+    from deszoo import ppo
+
+    probe = deszoo.make(row.scenario, preset=row.preset)
+    rows = row.num_sims * len(probe.possible_agents)
+    probe.close()
+    rollout = s.n_steps * rows
+    updates = math.ceil(s.timesteps / rollout)
+    phases = ppo.Phases()
+    ppo.train(row.scenario, timesteps=updates * rollout, num_envs=row.num_sims, seed=s.seed,
+              n_steps=s.n_steps, epochs=s.epochs, minibatch=s.minibatch, hidden=s.hidden,
+              backend=row.backend, num_workers=row.num_workers or None,
+              collect="pipelined" if row.learner == "ppo-loop-pipelined" else "sync",
+              phases=phases, preset=row.preset)
+    return updates * rollout, phases
+
+
+def run_once(row: TrainRow, settings: TrainSettings) -> dict[str, Any]:
+    """One timed training run of ``row``: its timesteps, wall time and seconds by phase."""
+    from deszoo.errors import MasksIgnoredWarning
+
+    with warnings.catch_warnings():
+        # SB3's PPO("MlpPolicy") ignores the masks on purpose: the measurement is speed.
+        warnings.simplefilter("ignore", MasksIgnoredWarning)
+        warnings.filterwarnings("ignore", "The `render_mode` attribute")  # SB3 on SuperSuit
+        if row.learner in ("sb3", CHAIN):
+            timesteps, phases = _sb3_run(row, settings)
+        else:
+            timesteps, phases = _loop_run(row, settings)
+    # The run's cycles collected now, so that no SuperSuit ProcConcatVec is still alive when
+    # the next run forks its workers (its __del__ in a forked child prints an AssertionError).
+    gc.collect()
+    return {"timesteps": int(timesteps), "wall_s": phases.wall,
+            "seconds": dict(phases.seconds), "shares": phases.shares()}
+
+
+def _summary(row: TrainRow, runs: list[dict]) -> dict[str, Any]:
+    rates = [r["timesteps"] / r["wall_s"] for r in runs]
+    best = max(range(len(runs)), key=rates.__getitem__)
+    return {**dataclasses.asdict(row), "timesteps": runs[best]["timesteps"],
+            "timesteps_per_s": rates[best], "timesteps_per_s_median": statistics.median(rates),
+            "rates": rates, "shares": runs[best]["shares"], "error": None}
+
+
+def run_train(rows: list[TrainRow], settings: TrainSettings,
+              progress: Callable[[float, str], None] | None = None) -> dict[str, Any]:
+    """Run every row ``settings.repeats`` times, alternating rows within each repeat.
+
+    Returns ``{"settings", "machine", "rows"}``; each row has its best and median
+    timesteps/s, the phase shares of its best run and ``x_chain``, its best over the
+    chain's best for the same scenario, batch and workers (``None`` without a chain row).
+    A row that raised has ``error`` and no rates.
+    """
+    from deszoo.bench.machine import free_cores, load_average, machine_record
+
+    machine = machine_record()
+    runs: dict[TrainRow, list[dict]] = {r: [] for r in rows}
+    errors: dict[TrainRow, str] = {}
+    for rep in range(settings.repeats):
+        for row in rows:
+            if row in errors:
+                continue
+            if progress is not None:
+                progress(0, f"{row.learner} on {row.backend} ({rep + 1}/{settings.repeats})")
+            try:
+                runs[row].append(run_once(row, settings))
+            except Exception as exc:  # a row that fails is reported, the others still run
+                errors[row] = f"{type(exc).__name__}: {exc}"
+            if progress is not None:
+                progress(1, "")
+    machine["load_average_end"] = load_average()
+    machine["free_cores_end"] = free_cores()
+    out = []
+    for row in rows:
+        if row in errors or not runs[row]:
+            out.append({**dataclasses.asdict(row), "error": errors.get(row, "no run")})
+        else:
+            out.append(_summary(row, runs[row]))
+    chain = {(r["scenario"], r["preset"], r["num_sims"], r["num_workers"]): r["timesteps_per_s"]
+             for r in out if r["learner"] == CHAIN and r["error"] is None}
+    for r in out:
+        if r["error"] is None:
+            ref = chain.get((r["scenario"], r["preset"], r["num_sims"], r["num_workers"]))
+            if ref is None and r["backend"] == "roundrobin":  # roundrobin has 0 workers
+                ref = next((v for k, v in chain.items()
+                            if k[:3] == (r["scenario"], r["preset"], r["num_sims"])), None)
+            r["x_chain"] = None if ref is None else r["timesteps_per_s"] / ref
+    return {"settings": dataclasses.asdict(settings), "machine": machine, "rows": out}
+
+
+COLUMNS = [("scenario", "left"), ("sims", "right"), ("workers", "right"),
+           ("learner", "left"), ("backend", "left"), ("timesteps/s", "right"),
+           ("median", "right"), ("x chain", "right"), ("env", "right"),
+           ("inference", "right"), ("update", "right"), ("other", "right")]
+
+
+def row_cells(r: dict[str, Any]) -> list[str]:
+    """A result row as the table's cells."""
+    head = [f"{r['scenario']}/{r['preset']}", str(r["num_sims"]), str(r["num_workers"]),
+            r["learner"], r["backend"]]
+    if r["error"] is not None:
+        return head + ["failed: " + r["error"].splitlines()[0][:60]] + [""] * 6
+    sh = r["shares"]
+    return head + [f"{r['timesteps_per_s']:,.0f}", f"{r['timesteps_per_s_median']:,.0f}",
+                   "" if r["x_chain"] is None else f"{r['x_chain']:.2f}x",
+                   *(f"{sh[p]:.0%}" for p in ("env", "inference", "update", "other"))]
+
+
+def caption(result: dict[str, Any]) -> str:
+    """How the table was measured: settings, machine, load."""
+    s, m = result["settings"], result["machine"]
+
+    def load(x: list[float] | None) -> str:
+        return "n/a" if x is None else " ".join(f"{v:.2f}" for v in x)
+
+    return (f"SB3 PPO settings for every learner: n_steps={s['n_steps']}, "
+            f"batch={s['minibatch']}, epochs={s['epochs']}, MLP {s['hidden']}x{s['hidden']}, "
+            f"torch 1 thread; about {s['timesteps']:,} timesteps per run, best of "
+            f"{s['repeats']} alternating runs. {m['usable_cores']} usable cores "
+            f"({m['cpu_model']}); load average {load(m['load_average_start'])} at the "
+            f"start, {load(m['load_average_end'])} at the end; free cores "
+            f"{m['free_cores_start']} / {m['free_cores_end']}.")
