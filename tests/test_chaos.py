@@ -131,7 +131,7 @@ def test_ctrl_c_from_a_thread(name, request):
     if defect:
         request.applymarker(pytest.mark.xfail(reason=defect, strict=False))
     opts = {"num_envs": 4, **opts}
-    rep = run_chaos(ChaosConfig(kinds=("sigint_thread",), steps=160, faults=30, seed=7,
+    rep = run_chaos(ChaosConfig(kinds=("sigint_thread",), steps=320, faults=60, seed=7,
                                 raise_rate=0.02, exit_rate=0.003, segment_steps=40,
                                 autoreset_mode="both", **opts))
     assert rep.ok, explain(rep)

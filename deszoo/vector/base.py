@@ -281,8 +281,10 @@ class Lifecycle:
         self.finish_in_flight("while draining steps in flight")
 
     def finish_in_flight(self, why: str) -> None:
-        replies = self.pool.finish()
+        # Kept until handled: a Ctrl-C before the block below holds loses no failure.
+        replies = self.pool.finish(keep=True)
         with sigint_deferred():  # see Faults.report
+            self.pool.forget(replies)
             errors = self.faults.handle(replies, "step") if replies else []
         for exc in errors:
             log.warning("%s: %s", why, str(exc).splitlines()[0])

@@ -448,10 +448,14 @@ class WorkerPool:
         with sigint_deferred():
             self.replies = {**{r.worker: r for r in replies}, **self.replies}
 
-    def finish(self) -> list[Reply]:
+    def finish(self, keep: bool = False) -> list[Reply]:
         """Every reply still due: those of the commands in flight (waited for) and those
-        taken but never handed over."""
+        taken but never handed over. ``keep``: they stay taken until :meth:`forget`."""
         busy = self.busy()
+        if keep:
+            if busy:
+                self.collect(busy, keep=True)
+            return list(self.replies.values())
         got = list(self.collect(busy).values()) if busy else []
         with sigint_deferred():
             got += list(self.replies.values())
