@@ -282,7 +282,7 @@ class Lifecycle:
 
     def finish_in_flight(self, why: str) -> None:
         # Kept until handled: a Ctrl-C before the block below holds loses no failure.
-        replies = self.pool.finish(keep=True)
+        replies = self.pool.finish()
         with sigint_deferred():  # see Faults.report
             self.pool.forget(replies)
             errors = self.faults.handle(replies, "step") if replies else []

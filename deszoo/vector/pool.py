@@ -448,19 +448,14 @@ class WorkerPool:
         with sigint_deferred():
             self.replies = {**{r.worker: r for r in replies}, **self.replies}
 
-    def finish(self, keep: bool = False) -> list[Reply]:
+    def finish(self) -> list[Reply]:
         """Every reply still due: those of the commands in flight (waited for) and those
-        taken but never handed over. ``keep``: they stay taken until :meth:`forget`."""
+        taken but never handed over. They stay taken until :meth:`forget`: a caller cut
+        short before it has handled them loses none."""
         busy = self.busy()
-        if keep:
-            if busy:
-                self.collect(busy, keep=True)
-            return list(self.replies.values())
-        got = list(self.collect(busy).values()) if busy else []
-        with sigint_deferred():
-            got += list(self.replies.values())
-            self.replies.clear()
-        return got
+        if busy:
+            self.collect(busy, keep=True)
+        return list(self.replies.values())
 
     def plan_call(self, call: Call, sims: Sequence[int]) -> dict[int, Call]:
         """``call`` for the envs ``sims``, split into one per worker that hosts some."""
