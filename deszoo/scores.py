@@ -406,7 +406,7 @@ def render(entries: list[Entry]) -> str:
     """``docs/scores.md``: a summary table, the aggregates across tasks, then every entry
     per scenario and preset."""
     from deszoo import list_envs
-    from deszoo.aggregates import newest_versions, paired_difference, render_section
+    from deszoo.aggregates import newest_versions, normalised, paired_difference, render_section
 
     groups: dict[tuple[str, str], list[Entry]] = {}
     for e in entries:
@@ -449,7 +449,7 @@ def render(entries: list[Entry]) -> str:
             cell = _cell(by[n]) if n in by else "-"
             why = []
             if n in by and by[n]["training"] is not None and scale is not None:
-                x = (by[n]["mean"] - scale[0]) / (scale[1] - scale[0])
+                x = float(normalised(by[n]["mean"], *scale))
                 if x <= 0.5:
                     shown = f"{x:.2f}" if f"{x:.2f}" != "0.50" else f"{x:.3f}"  # 0.499
                     why.append(f"below half the random-to-heuristic gap (normalised {shown})")
@@ -479,7 +479,7 @@ def render(entries: list[Entry]) -> str:
                                                     e.data["policy"], _train_seed(e.data))):
             d, t = e.data, e.data["training"]
             lo, hi = d["ci95"]
-            norm = "-" if scale is None else f"{(d['mean'] - scale[0]) / (scale[1] - scale[0]):.2f}"
+            norm = "-" if scale is None else f"{normalised(d['mean'], *scale):.2f}"
             paired = "-"
             if rand is not None and d["policy"] != "random":
                 p = paired_difference(d["returns"], rand["returns"])
