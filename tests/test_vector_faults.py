@@ -539,3 +539,43 @@ def test_sigint_to_workers_changes_nothing(name, backend_opts):
     finally:
         vec.close()
         ref.close()
+
+
+def test_worker_states_follow_their_table():
+    """Each worker's state changes only along WORKER_NEXT: idle to a command, back to idle
+    when its reply is taken; after every call every worker is idle, and in async mode the
+    workers of the rows in flight are busy with STEP."""
+    from deszoo.vector.pool import IDLE, WORKER_NEXT, Worker, WorkerState
+
+    assert WORKER_NEXT[IDLE] == frozenset(set(WorkerState) - {IDLE})
+    for s in WorkerState:
+        if s is not IDLE:
+            assert WORKER_NEXT[s] == {IDLE}
+    w = Worker(0, 0, 1, 1)
+    w.to(WorkerState.STEP)
+    w.to(WorkerState.STEP)  # a hand-out done again keeps its state
+    with pytest.raises(RuntimeError, match="no transition STEP -> CALL"):
+        w.to(WorkerState.CALL)
+    w.to(IDLE)
+    assert not w.busy
+
+    for backend, opts in (("roundrobin", {}), ("shm", {"num_workers": 2}),
+                          ("supersuit", {"num_workers": 2})):
+        vec = make_vec(ToyEnv, 4, backend=backend, **opts)
+        try:
+            vec.reset(seed=0)
+            vec.step(np.zeros(vec.num_envs, dtype=np.int64))
+            vec.get_attr("possible_agents")
+            assert [w.state for w in vec.pool.workers] == [IDLE] * len(vec.pool.workers)
+        finally:
+            vec.close()
+    vec = make_vec(ToyEnv, 4, backend="shm", num_workers=2, batch_size=2)
+    try:
+        vec.async_reset(seed=0)
+        *_, infos = vec.recv()
+        states = sorted(w.state.name for w in vec.pool.workers)
+        assert states == ["IDLE", "RESET"] or states == ["IDLE", "IDLE"], states
+        vec.send(np.zeros(len(infos["env_id"]), dtype=np.int64))
+        assert WorkerState.STEP in {w.state for w in vec.pool.workers}
+    finally:
+        vec.close()

@@ -105,13 +105,13 @@ def is_in_process(mode: str) -> bool:
 def build_env(work: Work):
     """One env of ``work``'s scenario (a registered name or a user's ``MODULE:ATTR``) behind
     the array API: a deszoo env as it is, any other ``ParallelEnv`` through
-    :class:`deszoo.vector.adapter.ParallelEnvArrays`."""
+    :class:`deszoo.core.adapter.ParallelEnvArrays`."""
     from deszoo.core.arrays import is_array_env
     from deszoo.episodes import env_factory
 
     env = env_factory(work.scenario, work.preset, **work.env_kwargs)()
     if not is_array_env(env):
-        from deszoo.vector.adapter import ParallelEnvArrays
+        from deszoo.core.adapter import ParallelEnvArrays
 
         env = ParallelEnvArrays(env)
     return env

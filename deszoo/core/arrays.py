@@ -7,7 +7,7 @@ dtype in its batch buffers (it *adopts* them): the env then writes its results s
 the batch, so the env must only ever write these arrays in place, never rebind them.
 
 A deszoo :class:`~deszoo.core.SimPyParallelEnv` speaks it natively;
-:class:`deszoo.vector.adapter.ParallelEnvArrays` gives it to any other PettingZoo env.
+:class:`deszoo.core.adapter.ParallelEnvArrays` gives it to any other PettingZoo env.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""Ready-made settings for trainers that read a deszoo scenario's global state.
+"""Ready-made adapters and settings for trainers.
 
 Optional: each module imports its trainer, so install the extra first.
 
+- :mod:`deszoo.integrations.sb3`: a vector env as a Stable-Baselines3 ``VecEnv``
+  (``deszoo.vector.to_sb3``; ``pip install "deszoo[sb3]"``).
 - :mod:`deszoo.integrations.torchrl`: TorchRL's ``PettingZooWrapper`` with the state
   (``return_state=True``), masks and one group per agent kind (``pip install
   "deszoo[torchrl]"``).

@@ -124,7 +124,7 @@ def _spec(env: str | Callable[[], Any], num_sims: int, env_kwargs: dict) -> VecS
     probe = factory()
     try:
         if not is_array_env(probe):  # any other ParallelEnv: through its dict API
-            from deszoo.vector.adapter import ArrayFactory, ParallelEnvArrays
+            from deszoo.core.adapter import ArrayFactory, ParallelEnvArrays
 
             probe.close()
             probe = ParallelEnvArrays(factory())
@@ -171,7 +171,7 @@ def make_vec(
         env: a registered scenario name (``deszoo.list_envs()``) or a zero-argument
             factory (pickled with cloudpickle, so lambdas work) returning a deszoo env or
             any PettingZoo ``ParallelEnv`` (run through its dict API; see
-            :mod:`deszoo.vector.adapter` for what batches).
+            :mod:`deszoo.core.adapter` for what batches).
         num_sims: simulations in the batch (``vec.num_sims``). The vector env has
             ``num_sims * n_agents`` rows (its Gymnasium ``num_envs``): env-major,
             agent-minor.
@@ -243,6 +243,6 @@ def make_vec(
 
 def to_sb3(vec: DeszooVecEnv):
     """Wrap ``vec`` (built with ``autoreset_mode="SameStep"``) as an SB3 ``VecEnv``."""
-    from deszoo.vector.sb3 import to_sb3 as _to_sb3
+    from deszoo.integrations.sb3 import to_sb3 as _to_sb3
 
     return _to_sb3(vec)

@@ -16,6 +16,7 @@ transports call ``hook(point)`` there when a hook is set (tests land Ctrl-C ther
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import signal
@@ -39,9 +40,11 @@ __all__ = [
     "FAULT_POINTS",
     "RestartFailed",
     "Reply",
+    "WORKER_NEXT",
     "Transport",
     "Worker",
     "WorkerPool",
+    "WorkerState",
     "post_guarded",
     "resolve_workers",
     "sigint_deferred",
@@ -135,12 +138,35 @@ def post_guarded(t: Transport, ws: Sequence[Worker], command: str, payloads: Any
         t.post(ws, command, payloads)
 
 
+class WorkerState(enum.Enum):
+    """What a worker is doing: idle, or the command it was handed and has not answered
+    (``BOOT`` while it starts). The command names are the states' values."""
+
+    IDLE = "idle"
+    BOOT = "boot"
+    STEP = "step"
+    RESET = "reset"
+    CALL = "call"
+    REBUILD = "rebuild"
+
+
+_W = WorkerState
+IDLE = _W.IDLE
+STEP = _W.STEP  # hot-path shortcut (see base._READY)
+# Every transition of a worker: handed a command when idle, idle when its reply is taken
+# (or when it is stopped); a command handed out again (Ctrl-C cut the hand-out) stays.
+WORKER_NEXT: dict[WorkerState, frozenset[WorkerState]] = {
+    IDLE: frozenset(set(_W) - {IDLE}),
+    **{busy: frozenset({IDLE}) for busy in _W if busy is not IDLE},
+}
+
+
 @dataclass
 class Worker:
-    """The parent's record of one worker: its envs, the command in flight, its handle.
+    """The parent's record of one worker: its envs, its state, its handle.
 
-    ``command`` is the command handed out and not yet answered (``"boot"`` while it
-    starts; ``None`` when idle); ``handle`` is the transport's (process, actor, ...).
+    ``state``: see :class:`WorkerState` (changed only by :meth:`to`; the hot sync steps
+    inline ``IDLE -> STEP -> IDLE``); ``handle`` is the transport's (process, actor, ...).
     """
 
     index: int
@@ -148,9 +174,21 @@ class Worker:
     count: int
     n_agents: int
     generation: int = 0
-    command: str | None = None
+    state: WorkerState = IDLE
     handle: Any = None
     deadline: float = 0.0  # when the command in flight counts as hung (WorkerPool.post)
+
+    def to(self, new: WorkerState) -> None:
+        """Move to state ``new`` (see :data:`WORKER_NEXT`)."""
+        if new is not self.state and new not in WORKER_NEXT[self.state]:
+            raise RuntimeError(
+                f"deszoo bug: worker {self.index}: no transition {self.state.name} -> {new.name}")
+        self.state = new
+
+    @property
+    def busy(self) -> bool:
+        """Whether it has a command in flight."""
+        return self.state is not IDLE
 
     @property
     def sims(self) -> range:
@@ -181,9 +219,9 @@ class Transport:
     """How a backend reaches its workers: the whole contract between a backend and
     :class:`WorkerPool`.
 
-    The pool marks nothing itself: ``start`` and ``post`` set ``w.command`` (what the
-    worker was handed), ``poll`` reports replies of workers that have a command (the
-    lifecycle clears it when it takes the reply). Results go to :attr:`bufs`.
+    The pool marks nothing itself: ``start`` and ``post`` move each worker to the state of
+    its command (:meth:`Worker.to`), ``poll`` reports replies of busy workers (the pool
+    makes a worker ``IDLE`` when it takes its reply). Results go to :attr:`bufs`.
 
     Attributes:
         bufs: the batch buffers (commands read actions from ``bufs.act``).
@@ -201,13 +239,13 @@ class Transport:
     hook: Callable[[str], None] | None = None
 
     def start(self, w: Worker, reset_seeds: list | None) -> None:
-        """Start worker ``w`` (``w.command = "boot"``); it answers ``"booted"`` or
+        """Start worker ``w`` (state ``BOOT``); it answers ``"booted"`` or
         ``"boot_failed"`` through :meth:`poll`. ``reset_seeds``: its envs start as needing
         a reset with these seeds (a replacement)."""
         raise NotImplementedError
 
     def post(self, ws: Sequence[Worker], command: str, payloads: Any) -> None:
-        """Hand ``command`` to each worker of ``ws`` (``w.command = command``).
+        """Hand ``command`` to each worker of ``ws`` (state ``WorkerState(command)``).
 
         ``payloads``: one per worker by index (a dict), or one for all. A worker that turns
         out to be gone is reported by the next :meth:`poll`.
@@ -286,7 +324,7 @@ class WorkerPool:
     """Workers over a transport: hand out commands, take replies, replace workers.
 
     Args:
-        transport: how the workers are reached (it sets ``w.command`` and ``w.handle``).
+        transport: how the workers are reached (it sets each worker's state and handle).
         workers: the workers (``transport`` was built over the same list).
         timeout: seconds a worker may take for a command before it counts as hung.
         boot_timeout: the same for starting a worker (default: ``max(timeout, 30)``).
@@ -327,7 +365,7 @@ class WorkerPool:
         """Start worker ``w`` afresh (the old one, if any, stopped at once)."""
         if w.handle is not None:
             self.transport.stop(w)
-        w.command = None
+        w.to(IDLE)
         self.replies.pop(w.index, None)
         w.generation += 1
         self.transport.start(w, reset_seeds)
@@ -363,7 +401,7 @@ class WorkerPool:
         """When workers ``ws``, given their commands now, count as hung."""
         limit = self.timeout
         for w in ws:
-            if w.command == "boot":
+            if w.state is _W.BOOT:
                 limit = self.boot_timeout
                 break
         return time.monotonic() + limit + self.transport.grace
@@ -436,7 +474,7 @@ class WorkerPool:
                 for w in busy:
                     if w.deadline <= now:
                         self.take(Reply(w.index, "hung"))
-            busy = [w for w in busy if w.command]
+            busy = [w for w in busy if w.state is not IDLE]
             if len(replies) >= k or not busy:
                 break
             self.poll(min(w.deadline for w in busy), k - len(replies))
@@ -472,7 +510,7 @@ class WorkerPool:
 
     def busy(self) -> list[Worker]:
         """Workers with a command in flight."""
-        return [w for w in self.workers if w.command]
+        return [w for w in self.workers if w.state is not IDLE]
 
     def poll(self, deadline: float, want: int) -> None:
         """Poll the transport and take what it has. A transport whose poll reads replies
@@ -501,9 +539,9 @@ class WorkerPool:
     def take(self, r: Reply) -> None:
         """Take reply ``r``: its worker is idle again."""
         w = self.workers[r.worker]
-        if w.command is None:  # a late answer of a worker already given up on
+        if w.state is IDLE:  # a late answer of a worker already given up on
             return
-        w.command = None
+        w.to(IDLE)
         self.replies[r.worker] = r  # in the order they came (dicts keep insertion order)
 
     # ---- words and ends -----------------------------------------------------------------

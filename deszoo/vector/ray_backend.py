@@ -43,7 +43,7 @@ from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, Call, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
 from deszoo.vector.options import MAX_SPIN_US, SECONDS, option, rule
-from deszoo.vector.pool import Reply, Transport, Worker
+from deszoo.vector.pool import Reply, Transport, Worker, WorkerState
 
 __all__ = ["RayTransport", "RayVecEnv", "import_ray", "reply_fields"]
 
@@ -288,7 +288,7 @@ class RayTransport(Transport):
         )
         self.handles.append(handle)
         w.handle = _Actor(handle, ref=handle.boot.remote())
-        w.command = "boot"
+        w.to(WorkerState.BOOT)
 
     def post(self, ws: list[Worker], command: str, payloads: Any) -> None:
         per = isinstance(payloads, dict)
@@ -297,13 +297,13 @@ class RayTransport(Transport):
             actions = self.bufs.act[w.rows] if command == "step" else None
             a.ref = a.handle.run.remote(command, payloads[w.index] if per else payloads,
                                         actions)
-            w.command = command
+            w.to(WorkerState(command))
             if k == 0 and self.hook is not None:
                 self.hook("handout")
 
     def poll(self, deadline: float, want: int) -> list[Reply]:
         ray = self.ray
-        busy = {w.handle.ref: w for w in self.workers if w.command and w.handle is not None}
+        busy = {w.handle.ref: w for w in self.workers if w.busy and w.handle is not None}
         remaining = max(0.0, deadline - time.monotonic())
         if not busy:
             return []
@@ -328,7 +328,7 @@ class RayTransport(Transport):
 
     def _reply(self, w: Worker, value: Any) -> Reply:
         a: _Actor = w.handle
-        if w.command == "boot":
+        if w.state is WorkerState.BOOT:
             pid, node, offsets, error = value
             a.pid, a.node = pid, node
             if error is not None:
@@ -359,7 +359,7 @@ class RayTransport(Transport):
         w.handle = None
 
     def close(self) -> None:
-        if any(w.command for w in self.workers):
+        if any(w.busy for w in self.workers):
             self.close_timeout[0] = 0.0  # a hung actor is not worth waiting for
         self.finalizer()
 

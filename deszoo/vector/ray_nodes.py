@@ -53,7 +53,15 @@ from deszoo.errors import ConfigError
 from deszoo.vector import _procs
 from deszoo.vector._host import Call
 from deszoo.vector.base import DeszooVecEnv, VecSpec
-from deszoo.vector.pool import Reply, Transport, Worker, WorkerPool, sigint_deferred, split
+from deszoo.vector.pool import (
+    Reply,
+    Transport,
+    Worker,
+    WorkerPool,
+    WorkerState,
+    sigint_deferred,
+    split,
+)
 from deszoo.vector.ray_backend import (
     SIM_FIELDS,
     RayTransport,
@@ -437,14 +445,14 @@ class RayNodeTransport(RayTransport):
             self._new_actor(node)
         j = w.index - node.workers[0]
         w.handle = _Slot(node.index, j, node.generation)
-        w.command = "boot"
+        w.to(WorkerState.BOOT)
         node.launches[j] = reset_seeds
 
     def post(self, ws: Sequence[Worker], command: str, payloads: Any) -> None:
         """Gather the commands per node, then send each node one call."""
         per = isinstance(payloads, dict)
         for w in ws:
-            w.command = command
+            w.to(WorkerState(command))
             slot: _Slot | None = w.handle
             node = self.nodes[self.node_of[w.index]]
             if (slot is None or node.handle is None or node.lost
@@ -678,7 +686,7 @@ class RayNodeTransport(RayTransport):
         lost = [ws for _, ws, _ in node.inflight.values()] + [node.sock_ws or []]
         for ws in lost:  # calls that will never answer
             self.early += [Reply(i, "died", detail=" (its node actor was killed)")
-                           for i in ws if self.workers[i].command]
+                           for i in ws if self.workers[i].busy]
         if node.sock is not None:
             node.sock.close()
         node.sock, node.sock_ws = None, None

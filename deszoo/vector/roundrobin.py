@@ -14,7 +14,15 @@ from typing import Any
 from deszoo.vector._host import Buffers, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
 from deszoo.vector.options import option
-from deszoo.vector.pool import Reply, Transport, Worker, sigint_deferred
+from deszoo.vector.pool import (
+    IDLE,
+    STEP,
+    Reply,
+    Transport,
+    Worker,
+    WorkerState,
+    sigint_deferred,
+)
 
 __all__ = ["InProcess", "RoundRobinVecEnv"]
 
@@ -29,7 +37,7 @@ class InProcess(Transport):
         self.groups: dict[int, EnvGroup] = {}
 
     def start(self, w: Worker, reset_seeds: list | None) -> None:
-        w.command = "boot"
+        w.to(WorkerState.BOOT)
         try:
             w.handle = self.groups[w.index] = EnvGroup(self.factory, self.bufs, w.first,
                                                        w.count, reset_seeds)
@@ -42,7 +50,7 @@ class InProcess(Transport):
         per = isinstance(payloads, dict)
         for k, w in enumerate(ws):
             failures, value = w.handle.run(command, payloads[w.index] if per else payloads)
-            w.command = command
+            w.to(WorkerState(command))
             self.replies.append(Reply(w.index, "ok", failures, value))
             if k == 0 and self.hook is not None:
                 self.hook("handout")
@@ -57,14 +65,14 @@ class InProcess(Transport):
             for w in ws:
                 failures = w.handle.step(same_step)
                 if failures:
-                    w.command = "step"
+                    w.state = STEP  # IDLE -> STEP (WORKER_NEXT), inlined
                     self.replies.append(Reply(w.index, "ok", failures))
                     failed = True
         if not failed:
             return None
         for w in ws:
-            if w.command is None:
-                w.command = "step"
+            if w.state is IDLE:
+                w.state = STEP
                 self.replies.append(Reply(w.index, "ok"))
         return []  # the pool polls the replies
 

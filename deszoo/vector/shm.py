@@ -50,7 +50,16 @@ from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
 from deszoo.vector.options import MAX_SPIN_US, option
-from deszoo.vector.pool import Reply, Transport, Worker, sigint_deferred, usable_cores
+from deszoo.vector.pool import (
+    IDLE,
+    STEP,
+    Reply,
+    Transport,
+    Worker,
+    WorkerState,
+    sigint_deferred,
+    usable_cores,
+)
 
 __all__ = ["ShmTransport", "ShmVecEnv", "SHM_OPTIONS"]
 
@@ -329,7 +338,7 @@ class ShmTransport(Transport):
         p = _Proc(proc, door_w, msgs_parent, door_w.fileno(), proc.sentinel, base, tag,
                   expect=tag)
         w.handle = p
-        w.command = "boot"
+        w.to(WorkerState.BOOT)
         self.procs.procs[w.index] = p
         self.by_sentinel[p.sentinel] = w
         self.poller.register(p.sentinel, select.POLLIN)
@@ -342,7 +351,7 @@ class ShmTransport(Transport):
                 code |= LAST_ONLY
         else:
             code = CODES[command]
-        self._hand_out(ws, command, code)
+        self._hand_out(ws, WorkerState(command), code)
         if command in PAYLOAD:
             # After the doorbell: the worker reads the arguments once it is woken, and an
             # argument larger than the pipe's buffer would block the parent until then. A
@@ -360,14 +369,14 @@ class ShmTransport(Transport):
                         p.dead = True
                     p.sent = p.seq
 
-    def _hand_out(self, ws: Sequence[Worker], command: str, code: int) -> None:
+    def _hand_out(self, ws: Sequence[Worker], state: WorkerState, code: int) -> None:
         """Write each worker's command into its slot (once per command: a worker that
         already has it keeps its sequence number), then ring the sleepers."""
         ctl = self.ctl
         for w in ws:
             p: _Proc = w.handle
-            if w.command is None:  # not handed out yet
-                w.command = command
+            if w.state is IDLE:  # not handed out yet (IDLE -> state: WORKER_NEXT, inlined)
+                w.state = state
                 p.seq += 1
                 p.expect = p.tag | p.seq
             if not p.dead:  # (a dead one is reported by poll)
@@ -394,9 +403,9 @@ class ShmTransport(Transport):
         # the control block until the lifecycle takes them.
         code = (STEP_SAME if same_step else CODES["step"]) | LAST_ONLY
         try:
-            self._hand_out(ws, "step", code)
+            self._hand_out(ws, STEP, code)
         except BaseException:
-            self._hand_out(ws, "step", code)
+            self._hand_out(ws, STEP, code)
             raise
         hook, ctl = self.hook, self.ctl
         if hook is not None:
@@ -425,7 +434,7 @@ class ShmTransport(Transport):
         if not ok:
             return self._answers()
         for w in ws:
-            w.command = None  # taken
+            w.state = IDLE  # taken (STEP -> IDLE, inlined)
         if hook is not None:
             hook("taken")
         return None
@@ -459,7 +468,7 @@ class ShmTransport(Transport):
         for i in order:
             w = self.workers[i]
             p: _Proc = w.handle
-            if w.command is None or p is None:
+            if w.state is IDLE or p is None:
                 continue
             if ctl[p.base + DONE] != p.expect:
                 if p.dead:

@@ -47,7 +47,7 @@ from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, Call, EnvFailure, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
 from deszoo.vector.options import option
-from deszoo.vector.pool import Reply, Transport, Worker
+from deszoo.vector.pool import Reply, Transport, Worker, WorkerState
 
 __all__ = ["AgentVecEnv", "SuperSuitTransport", "SuperSuitVecEnv"]
 
@@ -300,7 +300,7 @@ class SuperSuitTransport(Transport):
 
     # ---- the contract ---------------------------------------------------------------
     def start(self, w: Worker, reset_seeds: list | None) -> None:
-        w.command = "boot"
+        w.to(WorkerState.BOOT)
         fns = self._fns(w, reset_seeds)
         if self.in_process:
             try:
@@ -332,7 +332,7 @@ class SuperSuitTransport(Transport):
         per = isinstance(payloads, dict)
         for k, w in enumerate(ws):
             payload = payloads[w.index] if per else payloads
-            w.command = command
+            w.to(WorkerState(command))
             if self.in_process:
                 self.replies.append(self._run_here(w, command, payload))
             else:
@@ -372,7 +372,7 @@ class SuperSuitTransport(Transport):
             return out
         waits: dict[Any, Worker] = {}
         for w in self.workers:
-            if not w.command or w.handle is None:
+            if not w.busy or w.handle is None:
                 continue
             p: _Proc = w.handle
             if p.dead and not p.proc.is_alive():
@@ -411,14 +411,14 @@ class SuperSuitTransport(Transport):
         if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], BaseException):
             exc, tb = item  # SuperSuit's loop ended on an exception (boot, or a bug)
             detail = f"{type(exc).__name__}: {exc}\nworker traceback:\n{tb}"
-            if w.command == "boot":
+            if w.state is WorkerState.BOOT:
                 return Reply(w.index, "boot_failed", detail=detail)
             return Reply(w.index, "died", detail=f" ({detail})")
         p: _Proc = w.handle
-        if w.command == "boot":  # its env count: answer with its first row
+        if w.state is WorkerState.BOOT:  # its env count: answer with its first row
             p.pipe.send(p.start)
             return Reply(w.index, "booted")
-        if w.command == "step":
+        if w.state is WorkerState.STEP:
             rows = w.rows
             # As ProcConcatVec.step_wait does: decompress, deep-copy what the parent keeps.
             obs = numpy_deepcopy(self.obs_view[rows])
@@ -426,10 +426,10 @@ class SuperSuitTransport(Transport):
             return self._absorb(w, obs, infos, self.shared_rews.np_arr[rows],
                                 self.shared_terms.np_arr[rows],
                                 self.shared_truncs.np_arr[rows])
-        if w.command == "reset":
+        if w.state is WorkerState.RESET:
             obs = numpy_deepcopy(self.obs_view[w.rows])
             return self._absorb(w, obs, _copy.deepcopy(self._decompress(w, item)))
-        if w.command == "rebuild":
+        if w.state is WorkerState.REBUILD:
             return self._rebuilt(w, item)
         return self._answers(w, item)
 
