@@ -1,34 +1,15 @@
 """``ray`` with ``per_node=True``: one Ray actor per node, each running a ``shm`` pool.
 
-Design (the lifecycle is the base class's; this module is the transport):
-
-* The parent's workers are the pools' ``shm`` worker processes, split as on every backend
-  (consecutive envs, the first workers one more). Consecutive workers are grouped into one
-  node actor per Ray node, in proportion to the node's CPUs, so each node hosts a block of
-  consecutive envs.
-* A node actor (:class:`_NodeHost`) owns a :class:`~deszoo.vector.shm.ShmVecEnv` over its
-  envs (``num_workers`` = its workers) and drives it through the base lifecycle
-  (``_start``, ``_collect``, ``_exchange``): the pool is used as it is, only its boot is
-  deferred so that each worker can be started, or replaced, on its own.
-* A step of a whole node goes through its **step channel**, a TCP connection from the
-  driver to the node actor, opened once (the actor listens on its node's address and takes
-  one connection, proven by a token it gave the driver through Ray): the node's actions
-  (one array) go down, one block packing its results (observations, masks, rewards, flags,
-  clocks, event counts) comes back, with notes per worker only when something is to
-  report. A thread of the actor serves it; no Ray code runs in such a step, on either side,
-  and the driver reads each node's reply as it comes while the others still step. Every
-  other command (boots, resets, calls, rebuilds, a step of part of a node) is **one remote
-  call per node**, as are steps with ``step_channel=False``. The two never overlap on a
-  node: the lifecycle waits for each command's reply.
-* Faults map one to one: an env exception, or a ``shm`` worker that dies or hangs, comes
-  back as that worker's reply (the node actor sees it through the pool), so the base class
-  raises or restarts exactly as with ``shm``. A node actor that dies (its node lost, or the
-  process killed) is a death of each of its workers; the first restart builds a new node
-  actor (placed by Ray, on the same node if it is still there) and each worker is started
-  again in it.
-
-See ``docs/distributed.md``.
+The parent's workers are the pools' ``shm`` worker processes, grouped into one node actor
+(:class:`_NodeHost`) per Ray node in proportion to its CPUs. A node actor drives a
+:class:`~deszoo.vector.pool.WorkerPool` over a :class:`~deszoo.vector.shm.ShmTransport`
+through its public API. A step of a whole node goes over the node's **step channel** (a TCP
+connection opened once, proven by a token; actions down, one packed block of results up,
+no Ray code on either side); every other command is one remote call per node. A worker's
+fault comes back as its reply; a lost node actor is a death of each of its workers, and the
+first restart builds a new actor. See ``docs/distributed.md`` ("Per-node pools").
 """
+
 
 from __future__ import annotations
 

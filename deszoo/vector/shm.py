@@ -1,35 +1,14 @@
 """``shm``: worker processes hosting several envs each, results in shared memory.
 
-Design (PufferLib and EnvPool style); the lifecycle (boot, faults, restarts, async) is the
-base class's, this module is only the transport (:class:`ShmTransport`):
-
-* One shared block (``multiprocessing.RawArray``) holds every batch buffer: observations,
-  final observations, masks, actions, rewards, flags, per-env clocks and event counts.
-  Each env's own per-agent arrays are views of its rows, so stepping an env writes the
-  batch in place (no copy, no pickle).
-* A small control block has one 64-byte slot per worker: the command (a sequence number
-  and a code) written by the parent, the answer (the sequence number done, tagged with the
-  worker's generation, and a status) written by the worker, and the worker's "asleep"
-  flag. The worker runs a command once per new sequence number, so handing a batch out
-  again after a Ctrl-C is harmless, and the parent reads answers from the control block
-  until the lifecycle takes them (both ``post`` and ``poll`` are idempotent).
-* An idle worker watches its slot for ``spin_us`` (yielding its core at each look), then
-  raises its asleep flag and sleeps on its doorbell pipe; the parent writes a doorbell
-  byte only to a worker whose flag is up.
-* A worker wakes the parent by writing its index to the one results pipe that all workers
-  share (so replies keep the order in which workers finished), and only when the parent
-  may be waiting for it: on a sync step only the last worker to finish does (each checks
-  the others' slots), so the parent sleeps in one ``poll`` and wakes once per step. That
-  ``poll`` also watches every worker's process sentinel, so a killed worker is seen at once.
-* Both sides write their flag, then a memory barrier, then read the other's (Dekker
-  style), so a wake-up is never missed on x86; elsewhere every sleep is also cut to 50 ms
-  as a safety net. No lock is shared with the workers, so a worker killed at any moment
-  cannot block the parent.
-* Pickles go over a second, per-worker pipe only for rare things: reset seeds, calls,
-  rebuilds, errors.
-* A sync step is one method (:meth:`ShmTransport.step`): hand out, one ``poll``, one
-  ``read``, read the answers; anything but "every worker answered ok" goes the general way.
+One shared block holds every batch buffer (each env's arrays are views of its rows); a
+control block has one slot per worker (command and sequence number from the parent, answer
+and "asleep" flag from the worker); an idle worker spins for ``spin_us``, then sleeps on a
+doorbell pipe; workers wake the parent through one shared results pipe, on a sync step only
+the last to finish. Posting and polling are idempotent (a worker runs a sequence number
+once), so Ctrl-C needs no holding off on the hot path. The design, step by step:
+``docs/vector.md`` ("shm in detail").
 """
+
 
 from __future__ import annotations
 

@@ -1,32 +1,16 @@
 """``supersuit``: SuperSuit's vectorization (``concat_vec_envs_v1``), done correctly.
 
-SuperSuit's pieces are used as they are: ``ConcatVecEnv`` (in the parent when
-``num_workers`` is 0 or 1), and with ``num_workers >= 2`` its worker loop
-(``supersuit.vector.multiproc_vec.async_loop``, one process per worker, observations,
-rewards and flags in SuperSuit's shared arrays, actions and infos pickled through one pipe
-per worker, deep copies on the parent's side as ``ProcConcatVec.step_wait`` makes them).
-The lifecycle around them is deszoo's own (see :mod:`deszoo.vector.base`). What it fixes:
-
-* Seeding. ``ProcConcatVec.reset(seed=s)`` sends ``s + worker_index`` to each worker, which
-  then seeds its own envs ``s + worker_index + j``: with ``num_cpus=2`` and 4 envs the seeds
-  are 100, 101, 101, 102 (two envs replay one trajectory) and differ from ``num_cpus=0``.
-  Here each env gets its own seed (``s + i``), passed in the reset options.
-* The per-env adapter. ``pettingzoo_env_to_vec_env_v1`` autoresets in the same step and
-  needs a black-death wrapper when agents leave; it is replaced by :class:`AgentVecEnv`,
-  which runs the same :class:`~deszoo.vector._host.EnvGroup` as the other backends
-  (next-step autoreset, fixed rows, masks), so results are bit-identical to them.
-* Faults. An env exception travels back in the infos instead of ending the worker (its
-  loop exits on any exception); a dead or silent worker is detected instead of blocking in
-  ``recv``; workers are daemonic; ``close`` closes the envs and ends the workers cleanly
-  (SuperSuit's ``close`` sends ``("close", None)``, which its own worker loop does not
-  understand: its workers end by raising ``AssertionError`` without closing their envs).
-* Ctrl-C. SuperSuit's worker loop ends on any exception, a ``KeyboardInterrupt`` too: a
-  terminal's Ctrl-C (sent to the whole process group) restarted every worker's envs. Its
-  workers now ignore ``SIGINT`` and die with the parent (:mod:`deszoo.vector._procs`).
-* Calls. SuperSuit's worker loop knows no generic call; ``call``/``get_attr``/``set_attr``
-  and rebuilds travel as its ``("env_is_wrapped", data)`` message, which it hands to the
-  envs and answers with their replies.
+SuperSuit's pieces are used as they are: ``ConcatVecEnv`` in the parent when
+``num_workers`` is 0 or 1, else its worker loop (``multiproc_vec.async_loop``; observations,
+rewards and flags in its shared arrays, actions and infos pickled, deep copies on the
+parent's side as ``ProcConcatVec.step_wait`` makes them). The lifecycle is deszoo's. What it
+fixes (seeding per env, next-step autoreset through :class:`AgentVecEnv` instead of
+``pettingzoo_env_to_vec_env_v1``, env errors in the infos, dead or silent workers detected,
+a clean ``close``, workers that ignore Ctrl-C and die with the parent, calls sent as its
+``env_is_wrapped`` message) is listed in ``docs/vector.md`` ("One lifecycle over a
+transport").
 """
+
 
 from __future__ import annotations
 
