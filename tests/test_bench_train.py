@@ -71,3 +71,68 @@ def test_train_run_measures_every_learner(tmp_path, capsys):
         assert sum(shares.values()) == pytest.approx(1.0)
     assert rows[0]["x_chain"] == pytest.approx(1.0)
     assert result["machine"]["load_average_end"] is not None
+
+
+def test_tune_workers_leave_the_learner_a_core():
+    assert train.tune_workers(8, 32) == [1, 7, 8]
+    assert train.tune_workers(2, 8) == [1, 2]
+    assert train.tune_workers(1, 8) == [1]
+    assert train.tune_workers(8, 4) == [1, 4]  # at most one worker per simulation
+
+
+def _result(rows, cores=2):
+    base = {"scenario": "jobshop_v0", "preset": "default", "learner": "ppo-loop",
+            "num_sims": 8, "error": None, "spin_us": None}
+    return {"machine": {"usable_cores": cores},
+            "rows": [{**base, **r} for r in rows]}
+
+
+def test_recommend_names_the_fastest_row_and_its_make_vec_call():
+    rec = train.recommend(_result([
+        {"backend": "roundrobin", "num_workers": 0, "timesteps_per_s": 1000.0},
+        {"backend": "shm", "num_workers": 2, "timesteps_per_s": 900.0},
+        {"backend": "shm", "num_workers": 1, "spin_us": 0.0, "timesteps_per_s": 1100.0},
+        {"backend": "shm", "num_workers": 2, "timesteps_per_s": 5000.0, "error": "boom"},
+        {"backend": "supersuit", "learner": "supersuit-chain", "num_workers": 2,
+         "timesteps_per_s": 9000.0},
+    ]))
+    assert rec["best"]["num_workers"] == 1 and rec["best"]["spin_us"] == 0.0
+    assert rec["x_roundrobin"] == pytest.approx(1.1)
+    assert rec["leaves_core"]
+    assert rec["snippet"] == ("deszoo.vector.make_vec('jobshop_v0', num_sims=8, "
+                              "backend='shm', num_workers=1, spin_us=0, "
+                              "env_kwargs={'preset': 'default'})")
+    lines = train.recommendation_lines(rec)
+    assert lines[0] == ("fastest for ppo-loop: 8 sims on shm with 1 worker, spin_us=0: "
+                        "1,100 timesteps/s (1.10x roundrobin)")
+    assert "leaves the learner a core" in lines[1]
+    assert train.recommend(_result([{"backend": "shm", "num_workers": 2, "error": "x"}])) is None
+    assert train.recommendation_lines(None) == ["no learner ran; nothing to recommend"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--train", "--quick"], ["--train", "--standard"],
+    ["--train", "--autotune", "jobshop_v0", "--scenarios", "traffic_v1"],
+])
+def test_train_combinations_that_make_no_sense_are_usage_errors(argv, capsys):
+    assert main(["bench", *argv]) == 2
+    assert "deszoo: error:" in capsys.readouterr().err
+
+
+def test_train_autotune_sweeps_workers_and_spin_and_recommends(tmp_path, capsys):
+    """--train --autotune ENV: the PPO loop on roundrobin and on shm with 1 and all
+    workers, spinning and not, then the fastest with its make_vec call."""
+    pytest.importorskip("torch")
+    out = tmp_path / "tune.json"
+    assert main(["bench", "--train", "--autotune", "jobshop_v0", "--presets", "small",
+                 "--num-envs", "2", "--workers", "1,2", "--steps", "300", "--repeats", "1",
+                 "--no-progress", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    rows = json.loads(out.read_text())["rows"]
+    assert sorted((r["backend"], r["num_workers"], str(r["spin_us"])) for r in rows) == [
+        ("roundrobin", 0, "None"), ("shm", 1, "0.0"), ("shm", 1, "None"), ("shm", 2, "0.0"),
+        ("shm", 2, "None")]
+    assert {r["learner"] for r in rows} == {"ppo-loop"}
+    assert "shm spin 0" in printed
+    assert "fastest for ppo-loop: 2 sims on" in printed
+    assert "deszoo.vector.make_vec('jobshop_v0', num_sims=2" in printed

@@ -96,12 +96,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     suite.add_argument("--standard", action="store_true",
                        help="the leaderboard's suite (every scenario; several minutes)")
     suite.add_argument("--autotune", metavar="ENV", type=cliargs.env_name,
-                       help="sweep workers x envs per worker for ENV; recommend the fastest")
-    suite.add_argument("--train", action="store_true",
-                       help="timesteps/s inside PPO training (SB3 through to_sb3, the "
-                       "SuperSuit chain, deszoo's PPO loop sync and pipelined) with the "
-                       "share of env steps, inference and updates; default jobshop_v0, "
-                       "8 envs, roundrobin and shm; needs torch and 'deszoo[sb3]'")
+                       help="sweep workers x envs per worker for ENV; recommend the fastest "
+                       "(with --train: for a training loop)")
+    b.add_argument("--train", action="store_true",
+                   help="timesteps/s inside PPO training (SB3 through to_sb3, the "
+                   "SuperSuit chain, deszoo's PPO loop sync and pipelined) with the "
+                   "share of env steps, inference and updates; default jobshop_v0, "
+                   "8 envs, roundrobin and shm; needs torch and 'deszoo[sb3]'. With "
+                   "--autotune ENV: deszoo's PPO loop (or --learners) on roundrobin and "
+                   "shm, 1, all but one and all cores' workers, shm spinning and not; "
+                   "recommends the fastest")
     b.add_argument("--scenarios", type=cliargs.names, metavar="A,B",
                    help="scenarios, 'all', or NAME/PRESET entries, where NAME may be your "
                    "own env as MODULE:ATTR (a class or factory importable from the current "
@@ -322,6 +326,7 @@ def _train_plan(args: argparse.Namespace) -> BenchPlan:
         install_hint,
         missing_packages,
         train_rows,
+        tune_workers,
     )
     from deszoo.episodes import is_user_env
     from deszoo.vector import usable_cores
@@ -329,7 +334,11 @@ def _train_plan(args: argparse.Namespace) -> BenchPlan:
     for attr, flag in _NOT_WITH_TRAIN:
         if getattr(args, attr):
             raise ConfigError(f"argument {flag}: not with --train")
-    learners = args.learners or list(LEARNERS)
+    tune = args.autotune
+    if tune and args.scenarios:
+        raise ConfigError("argument --scenarios: --train --autotune ENV tunes ENV; give it "
+                          "the preset with --presets")
+    learners = args.learners or (["ppo-loop"] if tune else list(LEARNERS))
     unknown = [lr for lr in learners if lr not in LEARNERS]
     if unknown:
         raise ConfigError(f"argument --learners: unknown {', '.join(unknown)}; learners are "
@@ -338,7 +347,7 @@ def _train_plan(args: argparse.Namespace) -> BenchPlan:
     if missing:
         raise ConfigError(f"--train needs {', '.join(missing)} (learners "
                           f"{', '.join(learners)}): {install_hint(missing)}")
-    entries = args.scenarios or ["jobshop_v0"]
+    entries = [tune] if tune else args.scenarios or ["jobshop_v0"]
     if any(is_user_env(e.partition("/")[0]) for e in entries):
         raise ConfigError("argument --scenarios: --train takes registered scenarios only")
     if entries == ["all"]:
@@ -361,8 +370,12 @@ def _train_plan(args: argparse.Namespace) -> BenchPlan:
                         ("seed", args.seed)):
         if value is not None:
             setattr(settings, attr, value)
-    rows = train_rows(scenarios, learners, backends, args.num_envs or [8],
-                      args.workers or [usable_cores()])
+    num_sims = args.num_envs or [8]
+    workers = args.workers or ([usable_cores()] if not tune else sorted(
+        {w for n in num_sims for w in tune_workers(usable_cores(), n)}))
+    spins = (None, 0.0) if tune else (None,)
+    rows = [r for r in train_rows(scenarios, learners, backends, num_sims, workers, spins)
+            if r.num_workers <= r.num_sims]
     if not rows:
         raise ConfigError("--train: no row to run (ppo-loop-pipelined runs on multiprocess "
                           "backends only)")
@@ -382,6 +395,9 @@ def check_bench(args: argparse.Namespace) -> BenchPlan | None:
     if args.plot is not None:
         _check_plot(args.plot)
     if args.train:
+        if args.quick or args.standard:
+            other = "--quick" if args.quick else "--standard"
+            raise ConfigError(f"argument --train: not with {other}")
         return _train_plan(args)
     if args.learners:
         raise ConfigError("argument --learners: only with --train")
@@ -581,6 +597,9 @@ def _run_train(args: argparse.Namespace, plan, console, command: str) -> int:
     for r in failed:
         console.print(f"failed: {r['learner']} on {r['backend']}: {r['error']}",
                       highlight=False, markup=False)
+    if args.autotune:
+        for line in train.recommendation_lines(train.recommend(result)):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     return 1 if failed else 0
 
 

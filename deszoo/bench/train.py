@@ -52,6 +52,7 @@ __all__ = [
     "TrainSettings",
     "install_hint",
     "missing_packages",
+    "recommend",
     "run_once",
     "run_train",
     "train_rows",
@@ -97,6 +98,12 @@ class TrainRow:
     backend: str  # "supersuit" for the chain (its own transport)
     num_sims: int
     num_workers: int  # 0 in the parent process (roundrobin)
+    spin_us: float | None = None  # shm's spin_us (None: its default)
+
+    @property
+    def label(self) -> str:
+        """The backend with its setting, for the table (``shm spin 0``)."""
+        return self.backend if self.spin_us is None else f"{self.backend} spin {self.spin_us:g}"
 
 
 def missing_packages(learners: list[str]) -> list[str]:
@@ -116,9 +123,11 @@ def install_hint(missing: list[str]) -> str:
 
 
 def train_rows(scenarios: list[tuple[str, str]], learners: list[str], backends: list[str],
-               num_sims: list[int], workers: list[int]) -> list[TrainRow]:
+               num_sims: list[int], workers: list[int],
+               spins: tuple[float | None, ...] = (None,)) -> list[TrainRow]:
     """Every row of a run: per scenario, batch size and worker count, the chain first, then
-    each other learner on each backend (``ppo-loop-pipelined`` on multiprocess ones)."""
+    each other learner on each backend (``ppo-loop-pipelined`` on multiprocess ones);
+    ``shm`` once per ``spins`` value (``None``: its default spin)."""
     unknown = [lr for lr in learners if lr not in LEARNERS]
     if unknown:
         raise ConfigError(f"unknown learner(s) {unknown}; learners are {list(LEARNERS)}")
@@ -135,8 +144,9 @@ def train_rows(scenarios: list[tuple[str, str]], learners: list[str], backends: 
                             continue
                         if learner == "ppo-loop-pipelined" and n < 2:
                             continue
-                        rows.append(TrainRow(name, preset, learner, b, n,
-                                             0 if b == "roundrobin" else w))
+                        for spin in spins if b == "shm" else (None,):
+                            rows.append(TrainRow(name, preset, learner, b, n,
+                                                 0 if b == "roundrobin" else w, spin))
     # one row per distinct config: roundrobin ignores the worker count
     return list(dict.fromkeys(rows))
 
@@ -186,7 +196,8 @@ def _sb3_run(row: TrainRow, s: TrainSettings):
 
         env = to_sb3(make_vec(row.scenario, row.num_sims, backend=row.backend,
                               num_workers=row.num_workers or None, seed=s.seed,
-                              autoreset_mode="SameStep", env_kwargs={"preset": row.preset}))
+                              autoreset_mode="SameStep", env_kwargs={"preset": row.preset},
+                              **_backend_options(row)))
         seed = s.seed
     try:
         env = _timed_vec_env(env, phases)
@@ -207,6 +218,10 @@ def _sb3_run(row: TrainRow, s: TrainSettings):
         env.close()
 
 
+def _backend_options(row: TrainRow) -> dict[str, Any]:
+    return {} if row.spin_us is None else {"spin_us": row.spin_us}
+
+
 def _loop_run(row: TrainRow, s: TrainSettings):
     import deszoo
     from deszoo import ppo
@@ -221,7 +236,7 @@ def _loop_run(row: TrainRow, s: TrainSettings):
               n_steps=s.n_steps, epochs=s.epochs, minibatch=s.minibatch, hidden=s.hidden,
               backend=row.backend, num_workers=row.num_workers or None,
               collect="pipelined" if row.learner == "ppo-loop-pipelined" else "sync",
-              phases=phases, preset=row.preset)
+              phases=phases, preset=row.preset, **_backend_options(row))
     return updates * rollout, phases
 
 
@@ -304,10 +319,14 @@ COLUMNS = [("scenario", "left"), ("sims", "right"), ("workers", "right"),
            ("inference", "right"), ("update", "right"), ("other", "right")]
 
 
+def _row(r: dict[str, Any]) -> TrainRow:
+    return TrainRow(**{f.name: r.get(f.name) for f in dataclasses.fields(TrainRow)})
+
+
 def row_cells(r: dict[str, Any]) -> list[str]:
     """A result row as the table's cells."""
     head = [f"{r['scenario']}/{r['preset']}", str(r["num_sims"]), str(r["num_workers"]),
-            r["learner"], r["backend"]]
+            r["learner"], _row(r).label]
     if r["error"] is not None:
         return head + ["failed: " + r["error"].splitlines()[0][:60]] + [""] * 6
     sh = r["shares"]
@@ -330,3 +349,51 @@ def caption(result: dict[str, Any]) -> str:
             f"({m['cpu_model']}); load average {load(m['load_average_start'])} at the "
             f"start, {load(m['load_average_end'])} at the end; free cores "
             f"{m['free_cores_start']} / {m['free_cores_end']}.")
+
+
+def tune_workers(cores: int, num_sims: int) -> list[int]:
+    """Worker counts ``--train --autotune`` tries: one, every core but the learner's, and
+    every core (at most one per simulation)."""
+    return sorted({min(w, num_sims) for w in (1, max(1, cores - 1), cores)})
+
+
+def recommend(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The fastest row of a training run (``None`` if none ran): ``best``, ``x_roundrobin``
+    (its speed over the same learner on ``roundrobin`` with the same batch, or ``None``),
+    ``leaves_core`` (it has fewer workers than usable cores: the learner keeps one) and
+    ``snippet`` (its ``make_vec`` call)."""
+    rows = [r for r in result["rows"] if r["error"] is None and r["learner"] != CHAIN]
+    if not rows:
+        return None
+    best = max(rows, key=lambda r: r["timesteps_per_s"])
+    rr = [r["timesteps_per_s"] for r in rows if r["backend"] == "roundrobin"
+          and r["learner"] == best["learner"] and r["num_sims"] == best["num_sims"]
+          and r["scenario"] == best["scenario"] and r["preset"] == best["preset"]]
+    opts = "" if best["backend"] == "roundrobin" else f", num_workers={best['num_workers']}"
+    if best.get("spin_us") is not None:
+        opts += f", spin_us={best['spin_us']:g}"
+    snippet = (f"deszoo.vector.make_vec({best['scenario']!r}, num_sims={best['num_sims']}, "
+               f"backend={best['backend']!r}{opts}, env_kwargs={{'preset': {best['preset']!r}}})")
+    cores = result["machine"]["usable_cores"]
+    return {"best": best, "x_roundrobin": best["timesteps_per_s"] / rr[0] if rr else None,
+            "leaves_core": 0 < best["num_workers"] < cores, "snippet": snippet}
+
+
+def recommendation_lines(rec: dict[str, Any] | None) -> list[str]:
+    """``recommend``'s answer in words."""
+    if rec is None:
+        return ["no learner ran; nothing to recommend"]
+    b = rec["best"]
+    where = b["backend"]
+    if b["num_workers"]:
+        where += f" with {b['num_workers']} worker{'s' * (b['num_workers'] > 1)}"
+    if b.get("spin_us") is not None:
+        where += f", spin_us={b['spin_us']:g}"
+    x = "" if rec["x_roundrobin"] is None or b["backend"] == "roundrobin" else (
+        f" ({rec['x_roundrobin']:.2f}x roundrobin)")
+    lines = [f"fastest for {b['learner']}: {b['num_sims']} sims on {where}: "
+             f"{b['timesteps_per_s']:,.0f} timesteps/s{x}"]
+    if rec["leaves_core"]:
+        lines.append("it leaves the learner a core (fewer workers than usable cores)")
+    lines.append(rec["snippet"])
+    return lines
