@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -950,3 +952,49 @@ def test_state_of_a_plain_parallel_env():
         assert infos["state"][0].tolist() == [1.0, 3.0]
     finally:
         vec.close()
+
+
+def _step_frames(backend: str, n: int, **kw) -> collections.Counter:
+    """The deszoo, ``signal`` and ``threading`` Python frames of one sync step, outside the
+    envs' own ``step_arrays`` (counted with ``sys.setprofile``)."""
+    vec = make_vec("jobshop_v0", n, backend=backend, env_kwargs={"preset": "small"}, **kw)
+    try:
+        _, infos = vec.reset(seed=0)
+        for _ in range(3):
+            _, _, _, _, infos = vec.step(infos["action_mask"].argmax(axis=1))
+        act = infos["action_mask"].argmax(axis=1)
+        calls: collections.Counter = collections.Counter()
+        inside = [0]
+
+        def prof(frame, event, arg):
+            if event == "call":
+                code = frame.f_code
+                if inside[0]:
+                    inside[0] += 1
+                elif code.co_name == "step_arrays":
+                    inside[0] = 1
+                elif any(p in code.co_filename for p in ("deszoo", "/signal.py", "/threading.py")):
+                    calls[(code.co_filename.rsplit("/", 1)[-1], code.co_name)] += 1
+            elif event == "return" and inside[0]:
+                inside[0] -= 1
+
+        sys.setprofile(prof)
+        try:
+            vec.step(act)
+        finally:
+            sys.setprofile(None)
+        return calls
+    finally:
+        vec.close()
+
+
+def test_sync_steps_run_few_python_frames():
+    """A sync shm step runs at most 4 deszoo functions in the parent; a roundrobin step at
+    most 6 fixed deszoo frames plus 2 per env besides the envs' step_arrays, and no Python
+    frame of signal or threading (issue 32's bounds)."""
+    shm = _step_frames("shm", 8, num_workers=2)
+    assert sum(shm.values()) <= 4, shm
+    for n in (2, 4):
+        rr = _step_frames("roundrobin", n)
+        assert sum(rr.values()) <= 6 + 2 * n, rr
+        assert not any(f in ("signal.py", "threading.py") for f, _ in rr), rr
