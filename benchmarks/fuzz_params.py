@@ -1,4 +1,4 @@
-"""A long fuzz of scenario parameters (see ``tests/fuzz_params.py``).
+"""A long fuzz of scenario parameters (see ``devkit/fuzz_params.py``).
 
 First every parameter of every scenario alone at each edge value (what
 ``tests/test_fuzz_params.py`` runs), then random combinations of several values that each

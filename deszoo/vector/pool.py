@@ -65,7 +65,7 @@ _MAIN_THREAD = threading.main_thread().ident
 _held = [False, False]
 
 # Where a fault may strike a call; the lifecycle and the transports call
-# ``fault_hook(point)`` at each (tests/chaos_harness.py lands Ctrl-C there).
+# ``fault_hook(point)`` at each (benchmarks/devkit/chaos_harness.py lands Ctrl-C there).
 FAULT_POINTS: dict[str, str] = {
     "before": "a step begins: nothing handed out yet",
     "handout": "the first worker has its command, the others not yet (transport)",
