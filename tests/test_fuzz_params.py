@@ -1,7 +1,7 @@
 """Every parameter of every scenario at the edge (issue 37, items 4 and 5): each value is
 refused with a ConfigError that names the parameter and its value, or the env steps 50
-steps with finite observations, rewards and state, in bounded time (benchmarks/devkit/fuzz_params.py;
-benchmarks/fuzz_params.py runs combinations of several)."""
+steps with finite observations, rewards and state, in bounded time
+(benchmarks/devkit/fuzz_params.py; benchmarks/fuzz_params.py runs combinations of several)."""
 
 from __future__ import annotations
 
