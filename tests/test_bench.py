@@ -9,6 +9,7 @@ import copy
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from deszoo.bench import leaderboard, schema
 from deszoo.bench.autotune import autotune_configs, autotune_matrix, recommend
+from deszoo.bench.machine import deszoo_commit
 from deszoo.bench.modes import available_modes, is_in_process, open_session
 from deszoo.bench.runner import Matrix, run_matrix
 from deszoo.bench.work import Work, masked_actions, priorities, standard_work, work_hash
@@ -232,6 +234,109 @@ def test_schema_rejects_other_versions_and_edited_work(tiny_result):
     assert any("rows' works hash to" in e for e in schema.validate(r))
 
 
+def as_schema_1(result: dict) -> dict:
+    """``result`` as a ``deszoo.bench/1`` file holds it: no version, no commit."""
+    result = copy.deepcopy(result)
+    result["schema"] = "deszoo.bench/1"
+    del result["deszoo_version"], result["commit"]
+    return result
+
+
+def test_result_records_version_and_commit(tiny_result):
+    """A result names the deszoo version and the commit of the checkout that ran it."""
+    import deszoo
+
+    assert tiny_result["schema"] == schema.SCHEMA == "deszoo.bench/2"
+    assert tiny_result["deszoo_version"] == deszoo.__version__
+    package = Path(deszoo.__file__).resolve().parent
+    if package == ROOT / "deszoo" and (ROOT / ".git").exists() and shutil.which("git"):
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+        assert tiny_result["commit"] in (head, head + "+dirty")
+    else:  # an installed package: no commit of deszoo's to name
+        assert tiny_result["commit"] == "unknown"
+
+
+def test_schema_reads_version_1_files_and_requires_the_commit_in_version_2(tiny_result):
+    assert schema.validate(as_schema_1(tiny_result)) == []
+    r = copy.deepcopy(tiny_result)
+    del r["commit"]
+    assert any("missing field 'commit'" in e for e in schema.validate(r))
+    r = copy.deepcopy(tiny_result)
+    r["deszoo_version"] = None
+    assert any("result.deszoo_version: expected str" in e for e in schema.validate(r))
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+                          cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+
+@needs_git
+def test_commit_of_a_checkout_clean_and_dirty(tmp_path):
+    repo = tmp_path / "repo"
+    package = repo / "deszoo"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("x = 1\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "one")
+    head = _git(repo, "rev-parse", "--short", "HEAD")
+    assert deszoo_commit(package) == head
+    (repo / "result.json").write_text("{}")  # untracked files (an --out) leave it clean
+    assert deszoo_commit(package) == head
+    (package / "__init__.py").write_text("x = 2\n")
+    assert deszoo_commit(package) == head + "+dirty"
+
+
+@needs_git
+def test_commit_unknown_outside_a_checkout_of_deszoo(tmp_path, monkeypatch):
+    site = tmp_path / "venv" / "site-packages"
+    package = site / "deszoo"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    assert deszoo_commit(package) == "unknown"  # no git repository at all
+    _git(tmp_path, "init", "-q")  # a venv inside the user's own repository
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "the user's project")
+    assert deszoo_commit(package) == "unknown"
+    untracked = tmp_path / "new" / "deszoo"  # a checkout that does not track deszoo/
+    untracked.mkdir(parents=True)
+    _git(untracked.parent, "init", "-q")
+    (untracked.parent / "README").write_text("")
+    _git(untracked.parent, "add", "README")
+    _git(untracked.parent, "commit", "-qm", "x")
+    assert deszoo_commit(untracked) == "unknown"
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no git installed
+    assert deszoo_commit(ROOT / "deszoo") == "unknown"
+
+
+def test_bench_from_a_copy_outside_the_repository(tmp_path):
+    """deszoo imported from outside a git checkout (as from a wheel): the result says
+    ``unknown`` and nothing printed names the repository."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "deszoo", site / "deszoo",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    code = ("import deszoo, sys; from deszoo.cli import main; print(deszoo.__file__); "
+            "sys.exit(main(sys.argv[1:]))")
+    done = subprocess.run(
+        [sys.executable, "-c", code, "bench", "--scenarios", f"{SCENARIO}/small", "--modes",
+         "serial", "--num-envs", "2", "--steps", "16", "--repeats", "1", "--no-progress",
+         "--out", "r.json"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(str(site / "deszoo"))
+    result = json.loads((work / "r.json").read_text())
+    assert result["commit"] == "unknown" and schema.validate(result) == []
+    assert str(ROOT) not in done.stdout + done.stderr
+
+
 def test_docs_describe_every_field():
     """docs/benchmarks.md holds the schema's field tables as the schema module renders them."""
     text = (ROOT / "docs" / "benchmarks.md").read_text()
@@ -240,7 +345,9 @@ def test_docs_describe_every_field():
 
 
 # ---- report: the table, its flags and warnings, the plot -------------------------------
-LEADERBOARD_ENTRY = ROOT / "benchmarks" / "leaderboard" / "xeon-kvm-2cores-2026-12-02.json"
+# The 2026-12-02 leaderboard entry (schema deszoo.bench/1), kept as a realistic result of an
+# idle machine after the leaderboard was re-measured on 2026-12-06.
+LEADERBOARD_ENTRY = ROOT / "tests" / "data" / "bench-2026-12-02.json"
 
 
 def busy_result() -> dict:
@@ -408,6 +515,34 @@ def test_leaderboard_cli(tiny_result, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no result files (*.json)" in err and "deszoo bench --standard --out" in err
     assert not (tmp_path / "e.md").exists()
+
+
+def test_leaderboard_names_the_code_of_every_entry(tiny_result, tmp_path):
+    """New entries show version and commit, a deszoo.bench/1 entry says it recorded none."""
+    new = as_standard(tiny_result)
+    new["commit"] = "abc1234+dirty"
+    wheel = copy.deepcopy(new)
+    wheel["commit"] = "unknown"
+    for name, result in (("new", new), ("old", as_schema_1(new)), ("wheel", wheel)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(result))
+    entries, rejected = leaderboard.load(tmp_path)
+    assert not rejected and len(entries) == 3
+    page = leaderboard.render(entries)
+    version = new["deszoo_version"]
+    cells = {"new": f"| {version} @ abc1234+dirty |", "old": f"| {version}, commit not recorded |",
+             "wheel": f"| {version}, commit unknown |"}
+    lines = page.splitlines()
+    for name, cell in cells.items():
+        ranked = [line for line in lines if f"[{name}](" in line]
+        assert len(ranked) == len(MODES) and all(cell in line for line in ranked)
+        (listed,) = [line for line in lines if line.startswith(f"| {name} |")]
+        assert cell in listed
+    real = tmp_path / "real"  # a real /1 entry, as the leaderboard published it
+    real.mkdir()
+    shutil.copy(LEADERBOARD_ENTRY, real)
+    entries, rejected = leaderboard.load(real)
+    assert not rejected and len(entries) == 1
+    assert leaderboard.render(entries).count("| 0.1.0, commit not recorded |") == 113
 
 
 def test_committed_leaderboard_is_valid_and_up_to_date():

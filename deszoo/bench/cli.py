@@ -94,7 +94,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        f"those at {QUICK_SCENARIO_STEPS} env steps and "
                        f"{QUICK_SCENARIO_REPEATS} repeats per row")
     suite.add_argument("--standard", action="store_true",
-                       help="the leaderboard's suite (every scenario; several minutes)")
+                       help="the leaderboard's suite (every scenario; about 20 min on 2 "
+                       "cores)")
     suite.add_argument("--autotune", metavar="ENV", type=cliargs.env_name,
                        help="sweep workers x envs per worker for ENV; recommend the fastest "
                        "(with --train: for a training loop)")
@@ -645,8 +646,8 @@ def run_leaderboard(args: argparse.Namespace, plan: None = None) -> int:
     if not entries:
         print(f"deszoo: error: no {'valid ' if rejected else ''}result files (*.json) in "
               f"{args.dir}; nothing written. An entry is what `deszoo bench --standard "
-              f"--out {args.dir / 'NAME.json'}` writes (the standard work, several minutes); "
-              f"--dir names another folder; published entries: "
+              f"--out {args.dir / 'NAME.json'}` writes (the standard work, about 20 min "
+              f"on 2 cores); --dir names another folder; published entries: "
               f"{repo('benchmarks/leaderboard')}", file=sys.stderr)
         return 1
     text = render(entries)

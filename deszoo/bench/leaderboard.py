@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_OUT",
     "Entry",
     "Rejected",
+    "code_cell",
     "load",
     "render",
     "standard_errors",
@@ -103,6 +104,7 @@ RANK_COLUMNS = [
     ("eff.", "right"),
     ("parent µs/step", "right"),
     ("events/s", "right"),
+    ("deszoo", "left"),
     ("machine", "left"),
     ("entry", "left"),
 ]
@@ -110,6 +112,19 @@ RANK_COLUMNS = [
 
 def _machine_short(m: dict) -> str:
     return f"{m['cpu_model']}, {m['usable_cores']} cores, py {m['python']}"
+
+
+def code_cell(result: dict) -> str:
+    """The deszoo version and commit that measured ``result``: ``0.1.0 @ 154ac58``.
+
+    A ``deszoo.bench/1`` file recorded no commit (and its version only among the machine's
+    packages): ``0.1.0, commit not recorded``.
+    """
+    if "commit" in result:
+        version, commit = result["deszoo_version"], result["commit"]
+        return f"{version}, commit unknown" if commit == "unknown" else f"{version} @ {commit}"
+    version = result["machine"]["packages"].get("deszoo")
+    return f"{version}, commit not recorded" if version else "version and commit not recorded"
 
 
 def ranking(entries: list[Entry]) -> dict[tuple[str, str], list[tuple[dict, Entry]]]:
@@ -141,6 +156,11 @@ def render(entries: list[Entry], root: Path | None = None) -> str:
         "`deszoo bench --standard --out benchmarks/leaderboard/NAME.json`, then run "
         "`deszoo leaderboard --dir benchmarks/leaderboard --out docs/leaderboard.md`.",
         "",
+        "The `deszoo` column names the version and git commit that measured each entry "
+        "(`+dirty`: with local changes; `commit unknown`: not run from a git checkout; "
+        "`commit not recorded`: a `deszoo.bench/1` file, written before entries recorded it). "
+        "Rows measured on different commits compare the code as well as the configuration.",
+        "",
     ]
     if not entries:
         lines += ["No entries yet.", ""]
@@ -164,14 +184,16 @@ def render(entries: list[Entry], root: Path | None = None) -> str:
                 _n(row["parallel_efficiency"], ".0%"),
                 _n(row["parent_cpu_us_per_step"], ".1f"),
                 _n(row["events_per_s"]),
+                code_cell(entry.result),
                 _machine_short(entry.result["machine"]),
                 f"[{entry.path.stem}](../benchmarks/leaderboard/{entry.path.name})",
             ]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines.append("")
     lines += ["## Entries", ""]
-    lines += ["| entry | created | machine | memory | OS | packages | load before/after |",
-              "|---|---|---|---:|---|---|---|"]
+    lines += ["| entry | created | deszoo | machine | memory | OS | packages | "
+              "load before/after |",
+              "|---|---|---|---|---:|---|---|---|"]
     for entry in entries:
         r = entry.result
         m = r["machine"]
@@ -182,7 +204,8 @@ def render(entries: list[Entry], root: Path | None = None) -> str:
         )
         label = f" ({m['label']})" if m.get("label") else ""
         lines.append(
-            f"| {entry.path.stem}{label} | {r['created']} | {_machine_short(m)} | "
+            f"| {entry.path.stem}{label} | {r['created']} | {code_cell(r)} | "
+            f"{_machine_short(m)} | "
             f"{_n(m['memory_gib'], '.1f')} GiB | {m['os']} | {pk} | {load} |"
         )
     lines.append("")

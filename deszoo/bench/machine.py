@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import subprocess
 import sys
 import time
 from importlib import metadata
+from pathlib import Path
 
 __all__ = [
     "PACKAGES",
     "children_peak_rss_mb",
+    "code_record",
+    "deszoo_commit",
     "free_cores",
     "child_pids",
     "load_average",
@@ -93,6 +97,55 @@ def _version(package: str) -> str | None:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    """``git args`` in ``cwd``: its output, or None if git is missing or fails."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def deszoo_commit(package_dir: Path | None = None) -> str:
+    """Short git hash of the checkout deszoo runs from, ``+dirty`` when its tracked files
+    differ from that commit, or ``unknown``.
+
+    ``unknown`` unless ``package_dir`` (default: the imported ``deszoo`` package) is the
+    ``deszoo`` folder at the top of a git work tree that tracks it: an installed wheel, or a
+    venv inside some other repository, has no commit of deszoo's to give. Never raises.
+    """
+    if package_dir is None:
+        import deszoo
+
+        package_dir = Path(deszoo.__file__).parent
+    try:
+        package_dir = package_dir.resolve()
+        top = _git(package_dir, "rev-parse", "--show-toplevel")
+        if top is None or Path(top).resolve() != package_dir.parent:
+            return "unknown"
+        if _git(package_dir.parent, "ls-files", "--error-unmatch", "--",
+                f"{package_dir.name}/__init__.py") is None:
+            return "unknown"
+        commit = _git(package_dir.parent, "rev-parse", "--short", "HEAD")
+        if not commit:
+            return "unknown"
+        status = _git(package_dir.parent, "status", "--porcelain", "--untracked-files=no")
+        if status is None:
+            return "unknown"
+        return commit + ("+dirty" if status else "")
+    except OSError:
+        return "unknown"
+
+
+def code_record() -> dict[str, str]:
+    """Which code measured: ``deszoo_version`` and ``commit`` (:func:`deszoo_commit`)."""
+    import deszoo
+
+    return {"deszoo_version": deszoo.__version__, "commit": deszoo_commit()}
 
 
 def machine_record(label: str | None = None) -> dict:

@@ -20,6 +20,7 @@ from typing import Any
 
 from deszoo.bench.machine import (
     children_peak_rss_mb,
+    code_record,
     free_cores,
     load_average,
     machine_record,
@@ -230,6 +231,7 @@ def run_matrix(
             matrix still gives repeats, warm-up and the settings record.
     """
     machine = machine_record(label)
+    code = code_record()  # before the run: the code that is about to measure
     configs = matrix.configs() if configs is None else configs
     tick = progress or (lambda advance, description: None)
     groups: dict[tuple[str, int], list[Config]] = {}
@@ -249,6 +251,7 @@ def run_matrix(
         "schema": SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
+        **code,
         "suite": matrix.suite,
         "machine": machine,
         "settings": {

@@ -3,6 +3,11 @@
 The field tables below are the schema: :func:`validate` checks a result against them and
 ``docs/benchmarks.md`` documents them (a test keeps the two in step). A change that removes
 or changes the meaning of a field bumps :data:`SCHEMA`; adding an optional field does not.
+A field that every new file must carry bumps it too, and names the version it came with
+(``since``): files of an older version in :data:`READS` are still read without it.
+
+Versions: ``deszoo.bench/1`` (2026-12-02), ``deszoo.bench/2`` adds the top-level
+``deszoo_version`` and ``commit`` (which code measured).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ __all__ = [
     "FIELDS",
     "MACHINE_FIELDS",
     "ROW_FIELDS",
+    "READS",
     "SCHEMA",
     "SchemaError",
     "WORK_FIELDS",
@@ -26,8 +32,15 @@ __all__ = [
     "validate",
 ]
 
-SCHEMA = "deszoo.bench/1"
+SCHEMA = "deszoo.bench/2"
 """Name and version of the result format (the ``schema`` field of every file)."""
+
+READS = ("deszoo.bench/1", SCHEMA)
+"""Versions :func:`validate` accepts: an older file lacks the fields added since."""
+
+
+def _version_number(schema: str) -> int:
+    return int(schema.rsplit("/", 1)[1])
 
 
 class SchemaError(ValueError):
@@ -51,17 +64,25 @@ class Field:
     doc: str
     required_ok: bool = False  # must not be null in a row whose status is "ok"
     optional: bool = False  # may be absent: fields added after a version came out
+    since: int = 1  # schema version that made it required; older files may lack it
 
 
-def _f(name: str, types, doc: str, required_ok: bool = False, optional: bool = False) -> Field:
+def _f(name: str, types, doc: str, required_ok: bool = False, optional: bool = False,
+       since: int = 1) -> Field:
     types = types if isinstance(types, tuple) else (types,)
-    return Field(name, types, doc, required_ok, optional)
+    return Field(name, types, doc, required_ok, optional, since)
 
 
 FIELDS = [
-    _f("schema", str, f"Format name and version, `{SCHEMA}`."),
+    _f("schema", str, f"Format name and version, `{SCHEMA}`; files of "
+       f"{', '.join(f'`{v}`' for v in READS if v != SCHEMA)} are still read (without the "
+       "fields added since)."),
     _f("created", str, "When the run finished, ISO 8601 in UTC."),
     _f("command", str, "The command line that produced the file."),
+    _f("deszoo_version", str, "`deszoo.__version__` of the code that ran.", since=2),
+    _f("commit", str, "Short git hash of the deszoo checkout that ran, with `+dirty` when its "
+       "tracked files differed from that commit; `unknown` when deszoo was not imported from "
+       "a git checkout of its repository (e.g. installed from a wheel).", since=2),
     _f("suite", str, "`quick`, `standard` (the leaderboard's), `autotune` or `custom`."),
     _f("machine", dict, "Where it ran; see the machine table."),
     _f("settings", dict, "How it was measured: `repeats`, `warmup_fraction`, `interleave` "
@@ -174,19 +195,28 @@ def markdown() -> str:
     ]
     for title, fields in sections:
         out += [f"### {title}", "", "| field | type | meaning |", "|---|---|---|"]
-        out += [f"| `{f.name}` | {_type_name(f.types)}{' (optional)' if f.optional else ''} "
-                f"| {f.doc} |" for f in fields]
+        out += [f"| `{f.name}` | {_type_name(f.types)}{_qualifier(f)} | {f.doc} |"
+                for f in fields]
         out.append("")
     return "\n".join(out)
 
 
-def _check_fields(obj: Any, fields: list[Field], where: str, errors: list[str]) -> None:
+def _qualifier(f: Field) -> str:
+    if f.optional:
+        return " (optional)"
+    if f.since > 1:
+        return f" (since `/{f.since}`)"
+    return ""
+
+
+def _check_fields(obj: Any, fields: list[Field], where: str, errors: list[str],
+                  version: int = _version_number(SCHEMA)) -> None:
     if not isinstance(obj, dict):
         errors.append(f"{where} must be an object, got {type(obj).__name__}")
         return
     for f in fields:
         if f.name not in obj:
-            if not f.optional:
+            if not f.optional and f.since <= version:
                 errors.append(f"{where}: missing field {f.name!r} ({f.doc})")
             continue
         value = obj[f.name]
@@ -206,9 +236,9 @@ def validate(result: Any) -> list[str]:
     if not isinstance(result, dict):
         return [f"a result must be a JSON object, got {type(result).__name__}"]
     schema = result.get("schema")
-    if schema != SCHEMA:
-        return [f"schema is {schema!r}; this deszoo reads {SCHEMA!r}"]
-    _check_fields(result, FIELDS, "result", errors)
+    if schema not in READS:
+        return [f"schema is {schema!r}; this deszoo reads {' and '.join(map(repr, READS))}"]
+    _check_fields(result, FIELDS, "result", errors, _version_number(schema))
     if errors:
         return errors
     _check_fields(result["machine"], MACHINE_FIELDS, "machine", errors)
