@@ -604,6 +604,10 @@ def _run_train(args: argparse.Namespace, plan, console, command: str) -> int:
     return 1 if failed else 0
 
 
+def _entries(n: int) -> str:
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
 def _describe(row: dict) -> str:
     workers = "" if row["num_workers"] == 0 else f" on {row['num_workers']} workers"
     return (f"{row['mode']} with {row['num_envs']} envs{workers}: "
@@ -657,9 +661,9 @@ def run_leaderboard(args: argparse.Namespace, plan: None = None) -> int:
             print(f"deszoo: error: {out} is out of date; run "
                   f"`deszoo leaderboard --dir {args.dir} --out {out}`", file=sys.stderr)
             return 1
-        print(f"{out} is up to date ({len(entries)} entries)")
+        print(f"{out} is up to date ({_entries(len(entries))})")
         return 0
     out.write_text(text)
-    print(f"wrote {out}: {len(entries)} entries"
+    print(f"wrote {out}: {_entries(len(entries))}"
           + (f", {len(rejected)} rejected and left out" if rejected else ""))
     return 0

@@ -74,20 +74,18 @@ def _f(name: str, types, doc: str, required_ok: bool = False, optional: bool = F
 
 
 FIELDS = [
-    _f("schema", str, f"Format name and version, `{SCHEMA}`; files of "
-       f"{', '.join(f'`{v}`' for v in READS if v != SCHEMA)} are still read (without the "
-       "fields added since)."),
+    _f("schema", str, f"Format and version, `{SCHEMA}` (also read: "
+       f"{', '.join(f'`{v}`' for v in READS if v != SCHEMA)})."),
     _f("created", str, "When the run finished, ISO 8601 in UTC."),
     _f("command", str, "The command line that produced the file."),
     _f("deszoo_version", str, "`deszoo.__version__` of the code that ran.", since=2),
-    _f("commit", str, "Short git hash of the deszoo checkout that ran, with `+dirty` when its "
-       "tracked files differed from that commit; `unknown` when deszoo was not imported from "
-       "a git checkout of its repository (e.g. installed from a wheel).", since=2),
+    _f("commit", str, "Short git hash of the deszoo checkout that ran (`+dirty`: tracked "
+       "files changed); `unknown` outside a git checkout (e.g. from a wheel).", since=2),
     _f("suite", str, "`quick`, `standard` (the leaderboard's), `autotune` or `custom`."),
     _f("machine", dict, "Where it ran; see the machine table."),
-    _f("settings", dict, "How it was measured: `repeats`, `warmup_fraction`, `interleave` "
-       "(repeats alternated between the rows of a work and `num_envs`), and the `modes`, "
-       "`num_envs` and `num_workers` that ran."),
+    _f("settings", dict, "`repeats`, `warmup_fraction`, `interleave` (repeats alternated "
+       "between the rows of a work and `num_envs`), and the `modes`, `num_envs` and "
+       "`num_workers` that ran."),
     _f("works", dict, "Every work definition used, keyed by its work hash; see the work table."),
     _f("work_hash", str, "Hash of the sorted work hashes of all rows: equal files did equal work."),
     _f("rows", list, "One entry per configuration; see the row table."),
@@ -106,8 +104,8 @@ MACHINE_FIELDS = [
        "ray (null: not installed)."),
     _f("load_average_start", (list, type(None)), "1/5/15-minute load average before the run."),
     _f("load_average_end", (list, type(None)), "The same after the run: a busy machine shows."),
-    _f("free_cores_start", OPT_NUM, "Cores free before the run: CPU time that one spinning "
-       "process per usable core got in 0.25 s, over 0.25 s (about `usable_cores` when idle)."),
+    _f("free_cores_start", OPT_NUM, "Cores free before the run: CPU seconds one spinning "
+       "process per usable core got in 0.25 s, over 0.25 s (idle: `usable_cores`)."),
     _f("free_cores_end", OPT_NUM, "The same after the run."),
 ]
 
@@ -155,11 +153,10 @@ ROW_FIELDS = [
     _f("parent_cpu_us_per_step", OPT_NUM, "Median parent CPU microseconds per env step.", True),
     _f("harness_us_per_step", OPT_NUM, "Median policy and logging microseconds per env step.",
        True),
-    _f("worker_processes", (int, type(None)), "Child processes started for this row and "
-       "alive at its end (multiprocessing's resource tracker left out): a backend that runs "
-       "in the parent for some `num_workers` shows 0."),
-    _f("parent_peak_rss_mb", OPT_NUM, "Peak RSS of the parent (MiB) during the row, or "
-       "with `interleave` during its group (every row of its work and `num_envs`)."),
+    _f("worker_processes", (int, type(None)), "Child processes of this row alive at its end "
+       "(not multiprocessing's resource tracker): 0 for a backend that runs in the parent."),
+    _f("parent_peak_rss_mb", OPT_NUM, "Peak RSS of the parent (MiB) during the row (with "
+       "`interleave`: its group of rows)."),
     _f("worker_peak_rss_mb", OPT_NUM, "Largest peak RSS of one worker (MiB), null if none."),
     _f("workers_peak_rss_mb_total", OPT_NUM, "Sum of the workers' peak RSS (MiB)."),
     _f("rss_method", str, "`proc` (VmHWM per process), `rusage` (getrusage) or `none`."),
