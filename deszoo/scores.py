@@ -54,11 +54,12 @@ __all__ = [
 ]
 
 SCHEMA = "deszoo.scores/1"
-# The first version of each scenario: every one has MaskablePPO and, on small, the PPO loop
-# (tests/test_scores.py). Every registered version has random, heuristic and a learner.
+"""Name and version of the entry format (the ``schema`` field of every entry)."""
+
 SCORED = ("elevator_v0", "jobshop_v0", "loadbalance_v0", "ridehail_v0", "supplychain_v0",
           "traffic_v0", "warehouse_v0")
-"""Name and version of the entry format (the ``schema`` field of every entry)."""
+"""The first version of each scenario: every one has MaskablePPO and, on small, the PPO loop
+(tests/test_scores.py). Every registered version has random, heuristic and a learner."""
 
 SEEDS: tuple[int, ...] = tuple(HELD_OUT_SEEDS)
 """The held-out evaluation seeds (10000..10019): training uses sims seeded from 0 up."""
