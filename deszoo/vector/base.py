@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -191,6 +192,7 @@ def step_seconds(infos: dict[str, Any], clock: np.ndarray) -> np.ndarray:
 # costs about a microsecond).
 _READY = State.READY
 _INTERRUPTED = State.INTERRUPTED
+_RECEIVED = State.RECEIVED
 
 
 
@@ -198,7 +200,7 @@ _INTERRUPTED = State.INTERRUPTED
 class Lifecycle:
     """Where a vector env is (:class:`State`, :data:`NEXT`), what a call may do there, and
     the finishing of calls that were cut short. Every change of state goes through
-    :meth:`to` (the sync step inlines two of its moves).
+    :meth:`to` (the sync step inlines two of its moves, ``recv`` one).
 
     Attributes:
         state, resume: the state, and where INTERRUPTED goes back to.
@@ -494,17 +496,18 @@ class DeszooVecEnv(VectorEnv):
         if self._disabled:
             self.batch.check_no_pending_reset()
         batch = self.batch
-        if batch.any_restarted:
-            batch.begin_step(self._workers)
+        ws = self._workers
+        if batch.any_restarted:  # (a worker restarted in a call sits this step out)
+            ws = batch.begin_step(ws)
         life.resume = _READY  # life.calling(), inlined: until every reply is taken
         life.state = _INTERRUPTED
         # The transport's step, not pool.step: one frame less on the hot path.
         deadline = time.monotonic() + self.timeout + self.transport.grace
-        got = self.transport.step(self._workers, self._same_step, deadline)
+        got = self.transport.step(ws, self._same_step, deadline) if ws else None
         if got is None:
             life.state = _READY
         else:  # not every worker answered "ok" at once
-            replies = list(self.pool.step_replies(got, deadline, keep=True).values())
+            replies = list(self.pool.step_replies(got, deadline, keep=True, ws=ws).values())
             self.faults.report(replies, "step", lambda: self._settled(replies))
         return batch.results()
 
@@ -527,33 +530,39 @@ class DeszooVecEnv(VectorEnv):
         ``infos["env_id"]`` gives each row's index in the full batch (``0..num_envs-1``).
         """
         self.life.enter("recv")
+        # The batch's replies stay taken in the pool until send() drops them: a Ctrl-C
+        # anywhere before the hand-over below loses none (the next recv() returns them).
         replies = self.pool.collect_first(self._batch_workers)
         if len(replies) < self._batch_workers:
             raise NoAsyncCallError(
                 "recv() without send(); call async_reset() or send() first", "recv")
-        handled = False
-        try:
-            with sigint_deferred():  # the repairs are done, or not begun
-                ws = [r.worker for r in replies]
-                rows = np.concatenate([np.arange(self.num_envs)[self._workers[i].rows]
-                                       for i in ws])
-                try:
-                    self.faults.report(replies, "step")
-                finally:
-                    handled = True
-            out = self._recv_results(rows)
-        except Exception as exc:  # a fault raised (on_error="raise"): the batch is given
-            self.life.recv_workers, self.life.recv_rows = ws, rows
-            self.life.to(State.RECEIVED)
-            if hasattr(exc, "results"):
-                exc.results = self._recv_results(rows)
-            raise
-        except BaseException:  # Ctrl-C: the batch is the next recv()'s (repaired once)
-            self.pool.give_back([Reply(r.worker, "ok") for r in replies] if handled
-                                else replies)
-            raise
-        self.life.recv_workers, self.life.recv_rows = ws, rows
-        self.life.to(State.RECEIVED)
+        ws = [r.worker for r in replies]
+        rows = np.concatenate([np.arange(self.num_envs)[self._workers[i].rows] for i in ws])
+        repaired = None
+        for r in replies:
+            if r.kind != "ok" or r.failures:  # once repaired, plain "ok" ones in their place
+                repaired = functools.partial(self.pool.give_back, [Reply(i, "ok") for i in ws])
+                break
+        error = None
+        with sigint_deferred():  # the repairs are done, or not begun
+            try:
+                self.faults.report(replies, "step", repaired)
+            except Exception as exc:  # a fault raised (on_error="raise"): the batch is given
+                error = exc
+        life = self.life
+        if life.state is State.FAILED:  # a worker could not be replaced
+            raise error
+        out = self._recv_results(rows)
+        if error is not None and hasattr(error, "results"):
+            error.results = self._recv_results(rows)
+        # The hand-over: plain stores and no call, where Python never raises a pending
+        # KeyboardInterrupt (it does so at calls and loop jumps); one lands before them (the
+        # state still SENT, the batch the next recv()'s) or once the caller has the batch.
+        life.recv_workers = ws
+        life.recv_rows = rows
+        life.state = _RECEIVED  # life.to(State.RECEIVED), inlined
+        if error is not None:
+            raise error
         return out
 
     def _recv_results(self, rows: np.ndarray) -> tuple:
@@ -577,7 +586,8 @@ class DeszooVecEnv(VectorEnv):
         self._bufs.act[rows] = scratch
         ws = [self._workers[i] for i in self.life.recv_workers]
         with sigint_deferred():  # in flight and SENT, or neither
-            self.batch.begin_step(ws)
+            self.pool.drop(self.life.recv_workers)  # the last recv()'s replies, handed on
+            self.batch.begin_step(ws, hold=False)
             self.life.recv_workers, self.life.recv_rows = [], None
             self.life.to(State.SENT)
             self.pool.post(ws, "step", self._same_step)

@@ -53,6 +53,8 @@ class Batch:
         self.kind = np.tile(rows.kind, self.num_sims)  # each row's kind (group index)
         self.row_sim = np.repeat(np.arange(self.num_sims), n)
         self.restarted = np.zeros(self.num_rows, dtype=bool)
+        # Per row: restarted outside a step (a worker lost in a call), reported by the next.
+        self.held = np.zeros(self.num_rows, dtype=bool)
         self.any_restarted = False
         self.hook: Callable[[str], None] | None = None
 
@@ -181,11 +183,13 @@ class Batch:
             obs = {"observation": obs, "action_mask": infos["action_mask"].copy()}
         return obs, take(bufs.rew), take(bufs.term), take(bufs.trunc), infos
 
-    def mark_restarted(self, sims: Sequence[int], reset_now: bool) -> None:
+    def mark_restarted(self, sims: Sequence[int], reset_now: bool, held: bool = False) -> None:
         """Report the episodes of rebuilt envs ``sims`` as truncated.
 
         ``reset_now`` (same-step mode, resets): the rows already show the new episode;
-        else they are dead until the next step starts it.
+        else they are dead until the next step starts it. ``held``: the envs were rebuilt
+        outside a step (a call), whose results have no rows: the next step reports them as
+        if they had been rebuilt in it (see :meth:`begin_step`).
         """
         if self.hook is not None:
             self.hook("marked")
@@ -205,17 +209,35 @@ class Batch:
                 bufs.invalid[rows] = False
                 bufs.invalid_count[rows] = 0
             self.restarted[rows] = True
+            self.held[rows] = held
         self.any_restarted = True
 
-    def begin_step(self, ws: Sequence[Any]) -> None:
-        """Restart flags last one step: clear those of ``ws``'s rows."""
+    def begin_step(self, ws: Sequence[Any], hold: bool = True) -> list[Any]:
+        """Restart flags last one step: clear those of ``ws``'s rows; return the workers
+        that step. With ``hold`` (a sync step), a worker whose envs were all rebuilt outside
+        a step (:meth:`mark_restarted` ``held``) sits this step out instead: its rows keep
+        reporting the restart, its actions are ignored, and its envs start their new
+        episode on the next step (SameStep: they show it already), as if the fault had
+        struck this step."""
+        out = []
         for w in ws:
-            self.restarted[w.rows] = False
+            rows = w.rows
+            held = self.held[rows]
+            if held.any():
+                whole = bool(held.all())
+                held[...] = False
+                if hold and whole:
+                    continue
+            self.restarted[rows] = False
+            out.append(w)
         self.any_restarted = bool(self.restarted.any())
+        return out
 
     def clear_restarted(self, rows: Any = None) -> None:
         """A reset: the rows ``rows`` (all by default) are no longer restarted ones."""
-        self.restarted[slice(None) if rows is None else rows] = False
+        rows = slice(None) if rows is None else rows
+        self.restarted[rows] = False
+        self.held[rows] = False
         self.any_restarted = bool(self.restarted.any())
 
     def check_no_pending_reset(self) -> None:

@@ -108,13 +108,14 @@ class Faults:
             self.hook("handle")
         errors: list[Exception] = []
         reset_now = self.same_step or command == "reset"
+        held = command == "call"  # no rows to report it: the next step does
         for r in sorted(replies, key=lambda r: r.worker):
             w = self.pool.workers[r.worker]
             if r.kind in ("died", "hung"):
                 errors.append(self.pool.lost(w, r))
                 seeds = [self.next_seed(s) for s in w.sims]
                 self.restart_worker(w, seeds, reset_now)
-                self.batch.mark_restarted(list(w.sims), reset_now)
+                self.batch.mark_restarted(list(w.sims), reset_now, held)
                 continue
             broken = [f for f in r.failures if not f.intact]
             if broken:
@@ -125,7 +126,7 @@ class Faults:
                     errors.append(self.pool.lost(w, again))
                     every = [seeds[s] if s in seeds else self.next_seed(s) for s in w.sims]
                     self.restart_worker(w, every, reset_now)
-                    self.batch.mark_restarted(list(w.sims), reset_now)
+                    self.batch.mark_restarted(list(w.sims), reset_now, held)
                     continue
                 if again.kind != "ok" or again.failures:
                     self.failed(VectorEnvError(

@@ -17,6 +17,7 @@ transports call ``hook(point)`` there when a hook is set (tests land Ctrl-C ther
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 import os
 import signal
@@ -427,13 +428,14 @@ class WorkerPool:
         got = self.transport.step(self.workers, same_step, deadline)
         return None if got is None else self.step_replies(got, deadline)
 
-    def step_replies(self, got: list[Reply], deadline: float,
-                     keep: bool = False) -> dict[int, Reply]:
-        """Every worker's reply to a sync step whose transport did not report all ``ok``
-        (``got``: the replies it had); ``keep``: see :meth:`collect`."""
+    def step_replies(self, got: list[Reply], deadline: float, keep: bool = False,
+                     ws: Sequence[Worker] | None = None) -> dict[int, Reply]:
+        """The reply of every worker that stepped (``ws``, by default all) to a sync step
+        whose transport did not report all ``ok`` (``got``: the replies it had); ``keep``:
+        see :meth:`collect`."""
         for r in got:
             self.take(r)
-        return self.collect(self.workers, deadline, keep)
+        return self.collect(self.workers if ws is None else ws, deadline, keep)
 
     def collect(self, ws: Sequence[Worker], deadline: float | None = None,
                 keep: bool = False) -> dict[int, Reply]:
@@ -465,7 +467,13 @@ class WorkerPool:
     def collect_first(self, k: int) -> list[Reply]:
         """The first ``k`` replies among busy workers, in the order they came (fewer if
         fewer are busy). Each worker counts as hung at its own deadline (:meth:`post`), so
-        a hung worker is found even while the others keep answering."""
+        a hung worker is found even while the others keep answering.
+
+        The replies stay taken (first in :attr:`replies`) until :meth:`drop`: a caller cut
+        short anywhere before it has handed them on loses none, and the next call returns
+        them again. (Popped here, a Ctrl-C held off meanwhile was raised as the block that
+        popped them ended: their workers, idle and never given a command again, dropped out
+        of the batch for good, and a later hang of theirs went unseen.)"""
         replies = self.replies
         while True:
             busy = self.busy()
@@ -478,13 +486,19 @@ class WorkerPool:
             if len(replies) >= k or not busy:
                 break
             self.poll(min(w.deadline for w in busy), k - len(replies))
-        with sigint_deferred():  # all k handed over, or none
-            return [replies.pop(i) for i in list(replies)[:k]]
+        return [replies[i] for i in itertools.islice(replies, k)]
 
     def give_back(self, replies: Sequence[Reply]) -> None:
-        """Put replies handed over back in front (a caller cut short before using them)."""
+        """Put ``replies`` in front of those taken, in place of any of the same workers (a
+        caller that repaired the faults of replies it keeps puts plain ``"ok"`` ones back)."""
+        front = {r.worker: r for r in replies}
         with sigint_deferred():
-            self.replies = {**{r.worker: r for r in replies}, **self.replies}
+            self.replies = {**front, **{i: r for i, r in self.replies.items() if i not in front}}
+
+    def drop(self, workers: Sequence[int]) -> None:
+        """The replies of ``workers``, kept since :meth:`collect_first`, are handed on."""
+        for i in workers:
+            self.replies.pop(i, None)
 
     def finish(self) -> list[Reply]:
         """Every reply still due: those of the commands in flight (waited for) and those
