@@ -212,8 +212,8 @@ def test_harness_sees_a_fault_spill_over_to_other_envs(monkeypatch):
     """... and one where a fault changes the rows of an env it did not hit."""
     mark = Batch.mark_restarted
 
-    def spill(self, sims, reset_now):
-        mark(self, sorted(set(sims) | {0}), reset_now)
+    def spill(self, sims, reset_now, *more):
+        mark(self, sorted(set(sims) | {0}), reset_now, *more)
 
     monkeypatch.setattr(Batch, "mark_restarted", spill)
     rep = run_chaos(small(kinds=("sigkill",), raise_rate=0.0, on_error="restart", seed=5))

@@ -1,0 +1,150 @@
+"""Faults that no step's rows report (issue 37 follow-up): a worker lost during ``call``,
+``get_attr`` or ``set_attr``, and async ``recv`` cut short by Ctrl-C just as its replies are
+handed over. Run alone with ``pytest tests/test_vector_call_faults.py``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from deszoo.errors import WorkerDiedError
+from deszoo.vector import make_vec
+from deszoo.vector._host import restart_seed
+from deszoo.vector.base import State
+from deszoo.vector.pool import WorkerPool
+
+SEED = 3
+
+
+def legal_last(mask: np.ndarray) -> np.ndarray:
+    """The highest legal action per row."""
+    return (mask.shape[1] - 1 - mask[:, ::-1].argmax(axis=1)).astype(np.int64)
+
+
+def kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    start = time.monotonic()
+    while time.monotonic() - start < 5.0:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in "ZX":
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.001)
+
+
+def first_obs(sim: int) -> np.ndarray:
+    """Env ``sim``'s rows at the start of the episode after its first restart, from a
+    vector env of its own on the reference backend."""
+    ref = make_vec("jobshop_v0", 1, backend="roundrobin", preset="small")
+    try:
+        obs, _ = ref.reset(seed=[restart_seed(SEED + sim, 1)])
+        return obs
+    finally:
+        ref.close()
+
+
+@pytest.mark.parametrize("on_error", ["restart", "raise"])
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+@pytest.mark.parametrize("backend", ["shm", "supersuit"])
+@pytest.mark.parametrize("call", ["get_attr", "call", "set_attr"])
+def test_worker_lost_in_a_call_is_reported_by_the_next_step(call, backend, mode, on_error):
+    """A worker killed between steps and found by ``get_attr``/``call``/``set_attr`` is
+    replaced there; the call's results have no rows, so the next step reports it as a
+    restart in a step does (docs/vector.md, Faults): the envs' rows truncated with
+    ``infos["restarted"]`` (SameStep: ``_final_obs`` and the new episode's rows; NextStep:
+    dead rows, the new episode on the step after), their actions ignored. Before, the next
+    step cleared the flags and the old episode ended unreported. The other worker's envs
+    step as if nothing happened."""
+    kw = dict(preset="small", num_workers=2, seed=SEED, on_error=on_error,
+              autoreset_mode=mode)
+    vec = make_vec("jobshop_v0", 4, backend=backend, **kw)
+    ref = make_vec("jobshop_v0", 4, backend="roundrobin", preset="small", seed=SEED,
+                   autoreset_mode=mode)
+    n = vec.agents_per_sim
+    lost = slice(0, 2 * n)  # worker 0: envs 0 and 1
+    kept = slice(2 * n, 4 * n)
+    try:
+        _, infos = vec.reset()
+        ref.reset()
+        for _ in range(3):
+            acts = legal_last(infos["action_mask"])
+            _, _, _, _, infos = vec.step(acts)
+            ref.step(acts)
+        kill(vec.worker_pids()[0])
+        args = {"get_attr": ("possible_agents",), "call": ("possible_agents",),
+                "set_attr": ("render_mode", None)}[call]
+        if on_error == "raise":
+            with pytest.raises(WorkerDiedError):
+                getattr(vec, call)(*args)
+        else:
+            getattr(vec, call)(*args)
+        acts = legal_last(infos["action_mask"])
+        obs, rew, term, trunc, infos = vec.step(acts)
+        want = ref.step(acts)
+        restarted = infos["restarted"]
+        assert restarted[lost].all() and not restarted[kept].any(), restarted
+        assert trunc[lost].all() and not term[lost].any() and not rew[lost].any()
+        if mode == "SameStep":
+            assert infos["_final_obs"][lost].all()
+            np.testing.assert_array_equal(obs[0:n], first_obs(0))
+        else:
+            assert not obs[lost].any() and not infos["live"][lost].any()
+        np.testing.assert_array_equal(obs[kept], want[0][kept])
+        np.testing.assert_array_equal(rew[kept], want[1][kept])
+        acts = legal_last(infos["action_mask"])
+        obs, rew, term, trunc, infos = vec.step(acts)
+        assert not infos["restarted"].any()
+        if mode == "NextStep":  # the new episode starts now
+            np.testing.assert_array_equal(obs[0:n], first_obs(0))
+            assert not trunc[lost].any() and infos["live"][lost].any()
+        np.testing.assert_array_equal(obs[kept], ref.step(acts)[0][kept])
+    finally:
+        vec.close()
+        ref.close()
+
+
+@pytest.mark.parametrize("backend", ["shm", "supersuit"])
+def test_recv_cut_as_its_replies_are_handed_over_loses_none(backend, monkeypatch):
+    """A Ctrl-C that lands as ``recv()`` takes its replies over from the pool (it came
+    while they were being popped, held off, and was raised as that block ended): the
+    replies were lost, their worker idle for good, never given a command again, its envs
+    gone from the batches (and a later hang of it never found: the chaos harness's "hung
+    or dead for 4.0 s and not replaced"). Now the next ``recv()`` returns the same batch
+    and every env keeps coming back."""
+    collect_first = WorkerPool.collect_first
+    cut = {"left": 1}
+
+    def cut_short(self, k):
+        got = collect_first(self, k)
+        if cut["left"]:
+            cut["left"] -= 1
+            os.kill(os.getpid(), signal.SIGINT)  # lands before the hand-over is done
+            time.sleep(0.01)  # (delivered by now; raised at the latest here)
+        return got
+
+    vec = make_vec("jobshop_v0", 4, backend=backend, num_workers=2, batch_size=2, seed=1,
+                   preset="small", timeout=5.0)
+    try:
+        vec.async_reset()
+        _, _, _, _, infos = vec.recv()
+        vec.send(legal_last(infos["action_mask"]))
+        monkeypatch.setattr(WorkerPool, "collect_first", cut_short)
+        with pytest.raises(KeyboardInterrupt):
+            vec.recv()
+        assert vec.state is State.SENT
+        seen = []
+        for _ in range(12):
+            _, _, _, _, infos = vec.recv()
+            seen.append(int(infos["env_id"][0]) // (2 * vec.agents_per_sim))
+            vec.send(legal_last(infos["action_mask"]))
+        assert set(seen) == {0, 1}, f"workers of the batches after the cut: {seen}"
+        for w in vec._workers:  # each busy, or its reply waiting: none left idle for good
+            assert w.command or w.index in vec.pool.replies, w
+    finally:
+        vec.close()
