@@ -144,7 +144,7 @@ def test_recv_cut_as_its_replies_are_handed_over_loses_none(backend, monkeypatch
             seen.append(int(infos["env_id"][0]) // (2 * vec.agents_per_sim))
             vec.send(legal_last(infos["action_mask"]))
         assert set(seen) == {0, 1}, f"workers of the batches after the cut: {seen}"
-        for w in vec._workers:  # each busy, or its reply waiting: none left idle for good
-            assert w.command or w.index in vec.pool.replies, w
+        for w in vec.pool.workers:  # each busy, or its reply waiting: none left idle for good
+            assert w.busy or w.index in vec.pool.replies, w
     finally:
         vec.close()
