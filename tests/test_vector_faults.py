@@ -579,3 +579,29 @@ def test_worker_states_follow_their_table():
         assert WorkerState.STEP in {w.state for w in vec.pool.workers}
     finally:
         vec.close()
+
+
+def test_supersuit_worker_lost_at_the_boot_handshake_is_a_worker_fault(monkeypatch):
+    """A SuperSuit worker killed after it sent its env count, before the parent's answer
+    reached it: the parent's send fails (a raw BrokenPipeError escaped before); now the
+    worker counts as died while booting, which a first boot reports as a VectorEnvError
+    naming the worker."""
+    from multiprocessing.connection import Connection
+
+    from deszoo.errors import VectorEnvError
+
+    real_send = Connection.send
+    left = [1]
+    parent = os.getpid()
+
+    def send(self, obj):
+        # the parent's boot answer (the worker's first row); forked workers inherit this
+        if isinstance(obj, int) and left[0] and os.getpid() == parent:
+            left[0] -= 1
+            raise BrokenPipeError(32, "Broken pipe")
+        return real_send(self, obj)
+
+    monkeypatch.setattr(Connection, "send", send)
+    with pytest.raises(VectorEnvError, match="could not build its envs: .*its envs were lost"):
+        make_vec(ToyEnv, 4, backend="supersuit", num_workers=2)
+    assert left == [0]

@@ -400,7 +400,11 @@ class SuperSuitTransport(Transport):
             return Reply(w.index, "died", detail=f" ({detail})")
         p: _Proc = w.handle
         if w.state is WorkerState.BOOT:  # its env count: answer with its first row
-            p.pipe.send(p.start)
+            try:
+                p.pipe.send(p.start)
+            except OSError:  # killed just after it sent its count
+                p.proc.join(1.0)
+                return Reply(w.index, "died", detail=_procs.exit_detail(p.proc))
             return Reply(w.index, "booted")
         if w.state is WorkerState.STEP:
             rows = w.rows
