@@ -574,8 +574,8 @@ def build_parser() -> argparse.ArgumentParser:
         "of the random legal policy, time their replay through the array step, profile it\n"
         "with cProfile (parts by where the code lives, scaled to the timed step; a CPU-time\n"
         "sampler checks the shares), time the dict API and the vector transport at K envs,\n"
-        "and name the two or three changes that would pay most. docs/custom.md#speed\n"
-        "explains the figures.",
+        "and name the two or three changes that would pay most. The figures are explained\n"
+        f"in {doc('custom.md#speed')}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     prof.add_argument("name", metavar="NAME", type=cliargs.env_name,

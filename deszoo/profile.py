@@ -53,6 +53,8 @@ from typing import Any
 import numpy as np
 import simpy
 
+from deszoo._links import doc
+
 __all__ = [
     "DEFAULT_MODES",
     "TOLERANCE",
@@ -72,7 +74,8 @@ report gives their largest difference from the profile's."""
 DEFAULT_MODES = ("roundrobin", "shm")
 """Vector modes timed by default (``deszoo bench``'s modes; ``serial`` is the reference)."""
 
-SPEED_DOCS = "docs/custom.md#speed"
+SPEED_DOCS = doc("custom.md#speed")
+"""Where the advice points (a URL: a wheel has no docs/)."""
 
 WIDTH = 96
 """Width of the report's wrapped lines."""
@@ -731,7 +734,7 @@ def format_report(r: Report) -> str:
            f" A sampler ({r.samples} samples of CPU time, without cProfile; biased towards "
            "function entries) puts each part within "
            f"{gap * 100:.0f} points of the profile's share.")
-        + f" SimPy's own Python alone (as docs/benchmarks.md counts it): "
+        + " SimPy's own Python alone (the numpy and builtins it calls counted apart): "
         f"{(simpy.us - simpy.library_us) / step:.0%} of the step."
     )
     if gap is not None and gap > TOLERANCE:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from deszoo._links import DOCS
 from deszoo.bench.modes import available_modes
 from deszoo.cli import main
 
@@ -154,7 +155,9 @@ def test_profile_parts_add_up_and_name_the_models_functions(in_models):
     assert {"_observe_all", "bay", "arrivals", "_flush"} <= names
     assert all(f.where.startswith("carwash_env.py:") for f in r.functions)
     assert 1 <= len(r.advice) <= 3
-    assert "what would pay most:" in format_report(r)
+    text = format_report(r)
+    assert "what would pay most:" in text
+    assert "docs/" not in text.replace(DOCS, ""), text  # a wheel has no docs/: URLs only
 
 
 def test_profile_of_a_plain_parallel_env(in_models):

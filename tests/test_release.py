@@ -41,6 +41,9 @@ def test_no_message_names_a_repository_file():
     out = subprocess.run([sys.executable, "-m", "deszoo.cli", "bench", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "docs/benchmarks.md" not in out.replace(_links.doc("benchmarks.md"), "")
+    out = subprocess.run([sys.executable, "-m", "deszoo.cli", "profile", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert _links.doc("custom.md#speed") in out and "docs/" not in out.replace(_links.DOCS, "")
 
 
 def test_scores_docs_outside_a_checkout_says_where_it_runs(tmp_path):
