@@ -112,6 +112,24 @@ def test_conclusion_on_a_busy_machine_says_why_and_what_to_run():
     assert "more envs per worker (--num-envs 32)" in line  # a 50 us step is cheap
 
 
+def test_conclusion_suggests_fewer_workers_only_when_no_row_ran_with_as_few():
+    from deszoo.bench.report import conclusion
+
+    result = _result(1.1, {"shm": 0.77})
+    one = dict(result["rows"][-1], num_workers=1, speedup_vs_serial=0.83)
+    line = conclusion(result)
+    assert "fewer workers (--workers 1)" in line, line
+    result["rows"].append(one)  # shm with 1 worker ran too (and lost)
+    line = conclusion(result)
+    assert "best: shm with 1 worker, 0.83x" in line and "fewer workers" not in line, line
+    assert "an idle machine" in line
+    many = _result(2.2, {"shm": 0.6})
+    for r in many["rows"]:
+        r["num_workers"] = 4 if r["mode"] == "shm" else 0
+    many["machine"]["usable_cores"] = 4
+    assert "fewer workers (--workers 2)" in conclusion(many)
+
+
 def test_busy_bench_prints_the_conclusion_last(monkeypatch, capsys):
     """The load reading faked: 0.3 free cores before and after the run."""
     import deszoo.bench.machine

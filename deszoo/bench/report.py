@@ -270,8 +270,10 @@ def conclusion(result: dict) -> str | None:
         of = f" of {cores}" if cores else ""
         why.append(f"only {free:.1f}{of} cores were free during the run")
         instead.append("an idle machine")
-        if need > 1:
-            instead.append("fewer workers (--workers 1)")
+        fit = max(1, int(free + BUSY_TOLERANCE))  # workers the free cores could hold
+        ran = [r["num_workers"] for r in rows if r["num_workers"] > 0]
+        if ran and min(ran) > fit:  # (rows with that few workers ran: nothing to suggest)
+            instead.append(f"fewer workers (--workers {fit})")
     spread = max((r["spread"] or 0.0 for r in result["rows"] if r["status"] == "ok"),
                  default=0.0)
     if spread > SPREAD_LIMIT:
