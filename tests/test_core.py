@@ -353,8 +353,13 @@ class _Handed(Toy):
     def _observe(self, i, out):
         out[:] = np.zeros(3) if self.p.broken == "obs" else self.now
 
+    def _flush(self, until):
+        if self.p.broken == "flush":
+            self.rew_buf += np.ones(3)  # not one reward per agent
+
 
 @pytest.mark.parametrize(("broken", "words"), [
+    ("flush", ["_flush", "0: 'a0', 1: 'a1'", "rew_buf", "shape (2,)", "(3,)"]),
     ("mask", ["agent 'a0'", "mask_buf", "expected 3 entries", "shape (3,)", "shape (2,)"]),
     ("mask_kind", ["agent 'a0'", "mask_buf", "expected 3 entries", "'abc'"]),
     ("reward", ["agent 'a0'", "rew_buf", "shape ()", "shape (2,)"]),
@@ -368,6 +373,19 @@ def test_what_the_model_hands_over_wrongly_names_the_agent_buffer_and_shapes(bro
     message = str(info.value)
     assert message.startswith("toy_v0: ") and all(w in message for w in words), message
     assert isinstance(info.value, ValueError)
+
+
+def test_a_models_own_error_outside_flush_is_left_as_it_is():
+    from deszoo.errors import ModelError
+
+    class Raises(Toy):
+        def _agent(self, i, times):
+            yield self.sim.timeout(times[0])
+            raise ValueError("the model's own complaint")
+
+    with pytest.raises(ValueError, match="the model's own complaint") as info:
+        Raises().reset(seed=0)
+    assert not isinstance(info.value, ModelError)
 
 
 def test_decision_values_without_an_entry_for_the_action_name_the_agent():

@@ -18,8 +18,8 @@ A step (:meth:`Stepper.step_arrays`), top to bottom:
 calls, and the state it shares with the step) and declares the hooks it calls
 (``_build``, ``_observe_all``, ``_flush``), which a scenario overrides.
 :class:`~deszoo.core.env.SimPyParallelEnv` builds on it (parameters, spaces, PettingZoo's
-dict API). An observation the model cannot write raises a
-:class:`~deszoo.errors.ModelError` that names the buffer and the shapes.
+dict API). An observation the model cannot write, or rewards a ``_flush`` cannot book,
+raise a :class:`~deszoo.errors.ModelError` that names the buffer and the shapes.
 
 What a wrapper may read after a step or reset, besides the arrays: ``agents`` (a new list
 only when it changed: someone left or the episode ended, the only steps that can set
@@ -228,31 +228,50 @@ class Stepper(Decisions):
         limit = self._time_limit
         count = 0
         peek, step = sim.peek, sim.step  # hot path: once per SimPy event
-        while True:
-            if self.episode_over:  # the model ended the episode
-                self._flush(sim.now)
-                break
-            t = peek()
-            if pending and t > sim.now:  # a decision point: the instant is over
-                self._flush(sim.now)
-                break
-            if t >= limit:  # (limit is at most inf, so this also catches t == inf)
-                if t == _INF:  # nothing can happen any more: the model is finished
+        try:
+            while True:
+                if self.episode_over:  # the model ended the episode
                     self._flush(sim.now)
-                    self.end_episode()
                     break
-                if t > limit:
-                    if limit > sim.now:
-                        sim.run(until=limit)
-                    self._flush(limit)
-                    self._truncate()
+                t = peek()
+                if pending and t > sim.now:  # a decision point: the instant is over
+                    self._flush(sim.now)
                     break
-            step()
-            count += 1
+                if t >= limit:  # (limit is at most inf, so this also catches t == inf)
+                    if t == _INF:  # nothing can happen any more: the model is finished
+                        self._flush(sim.now)
+                        self.end_episode()
+                        break
+                    if t > limit:
+                        if limit > sim.now:
+                            sim.run(until=limit)
+                        self._flush(limit)
+                        self._truncate()
+                        break
+                step()
+                count += 1
+        except (ValueError, TypeError) as exc:
+            tb = exc.__traceback__
+            if isinstance(exc, DeszooError) or tb is None or tb.tb_next is None or \
+                    tb.tb_next.tb_frame.f_code.co_name != "_flush":
+                raise
+            raise self._bad_flush(exc) from exc  # (not in the hot path: only on failure)
         self.num_events += count
         limit = self._max_steps
         if not self.episode_over and limit is not None and self.num_steps >= limit:
             self._truncate()
+
+    def _bad_flush(self, exc: Exception) -> ModelError:
+        """What a ``_flush`` that failed to book its rewards is told: the buffer, its shape,
+        the agent of each row."""
+        agents = ", ".join(f"{i}: {a!r}" for i, a in enumerate(self.possible_agents[:8]))
+        more = ", ..." if len(self.possible_agents) > 8 else ""
+        return ModelError(
+            f"{self._name}: _flush could not book the rewards: rew_buf has shape "
+            f"{self.rew_buf.shape} (one float per agent, row i for possible_agents[i]: "
+            f"{agents}{more}; add an agent's reward with self.rew_buf[i] += r or "
+            f"add_reward(i, r)): {type(exc).__name__}: {exc}"
+        )
 
     def _truncate(self) -> None:
         self.trunc_buf[self.live | self._gone] = True
