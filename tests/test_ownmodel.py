@@ -49,6 +49,26 @@ def test_bench_quick_takes_a_users_env_on_every_local_backend(target):
     assert run.stdout.strip().splitlines()[-1].startswith("conclusion: ")
 
 
+def test_bench_train_takes_a_users_env(tmp_path):
+    """Every learner of ``bench --train`` on the carwash: SB3 and deszoo's loop through
+    make_vec (workers import the module by name), the SuperSuit chain on the env itself."""
+    import json
+
+    for module in ("torch", "stable_baselines3", "supersuit"):
+        pytest.importorskip(module)
+    out = tmp_path / "train.json"
+    run = deszoo("bench", "--train", "--scenarios", "carwash_env:CarwashEnv/small",
+                 "--num-envs", "2", "--workers", "2", "--steps", "256", "--repeats", "1",
+                 "--no-progress", "--out", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["learner"] for r in rows} == {"supersuit-chain", "sb3", "ppo-loop",
+                                            "ppo-loop-pipelined"}
+    for r in rows:
+        assert r["scenario"] == "carwash_env:CarwashEnv" and r["preset"] == "small", r
+        assert r["error"] is None and r["timesteps"] >= 256, r
+
+
 def test_bench_quick_with_scenarios_is_small_work(in_models):
     from deszoo.bench.cli import QUICK_SCENARIO_REPEATS, QUICK_SCENARIO_STEPS
     from deszoo.cli import build_parser

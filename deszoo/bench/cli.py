@@ -329,7 +329,6 @@ def _train_plan(args: argparse.Namespace) -> BenchPlan:
         train_rows,
         tune_workers,
     )
-    from deszoo.episodes import is_user_env
     from deszoo.vector import usable_cores
 
     for attr, flag in _NOT_WITH_TRAIN:
@@ -349,8 +348,6 @@ def _train_plan(args: argparse.Namespace) -> BenchPlan:
         raise ConfigError(f"--train needs {', '.join(missing)} (learners "
                           f"{', '.join(learners)}): {install_hint(missing)}")
     entries = [tune] if tune else args.scenarios or ["jobshop_v0"]
-    if any(is_user_env(e.partition("/")[0]) for e in entries):
-        raise ConfigError("argument --scenarios: --train takes registered scenarios only")
     if entries == ["all"]:
         raise ConfigError("argument --scenarios: --train takes scenarios by name, not 'all'")
     _check_entries(entries, args.presets)

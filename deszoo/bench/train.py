@@ -151,6 +151,24 @@ def train_rows(scenarios: list[tuple[str, str]], learners: list[str], backends: 
     return list(dict.fromkeys(rows))
 
 
+def _env(row: TrainRow) -> Any:
+    """One env of ``row`` (a registered scenario or ``MODULE:ATTR``, with the same defaults
+    as every command)."""
+    from deszoo.episodes import env_factory
+
+    return env_factory(row.scenario, row.preset)()
+
+
+def _vec_args(row: TrainRow) -> tuple[Any, dict[str, Any]]:
+    """What ``make_vec`` takes for ``row``: a registered name and its preset, or a user's
+    env as a picklable factory (workers import its module by name)."""
+    from deszoo.episodes import env_factory, is_user_env
+
+    if is_user_env(row.scenario):
+        return env_factory(row.scenario, row.preset), {}
+    return row.scenario, {"preset": row.preset}
+
+
 def _timed_vec_env(venv, phases):
     """``venv`` (an SB3 ``VecEnv``) with its steps and resets timed as ``env``."""
     from stable_baselines3.common.vec_env import VecEnvWrapper
@@ -185,18 +203,17 @@ def _sb3_run(row: TrainRow, s: TrainSettings):
     if row.learner == CHAIN:
         import supersuit as ss
 
-        import deszoo
-
         env = ss.concat_vec_envs_v1(
-            ss.pettingzoo_env_to_vec_env_v1(deszoo.make(row.scenario, preset=row.preset)),
+            ss.pettingzoo_env_to_vec_env_v1(_env(row)),
             row.num_sims, num_cpus=row.num_workers, base_class="stable_baselines3")
         seed = None  # SuperSuit's SB3 wrapper has no seed(): PPO(seed=...) fails on it
     else:
         from deszoo.vector import make_vec, to_sb3
 
-        env = to_sb3(make_vec(row.scenario, row.num_sims, backend=row.backend,
+        source, kwargs = _vec_args(row)
+        env = to_sb3(make_vec(source, row.num_sims, backend=row.backend,
                               num_workers=row.num_workers or None, seed=s.seed,
-                              autoreset_mode="SameStep", env_kwargs={"preset": row.preset},
+                              autoreset_mode="SameStep", env_kwargs=kwargs,
                               **_backend_options(row)))
         seed = s.seed
     try:
@@ -223,20 +240,20 @@ def _backend_options(row: TrainRow) -> dict[str, Any]:
 
 
 def _loop_run(row: TrainRow, s: TrainSettings):
-    import deszoo
     from deszoo import ppo
 
-    probe = deszoo.make(row.scenario, preset=row.preset)
+    probe = _env(row)
     rows = row.num_sims * len(probe.possible_agents)
     probe.close()
     rollout = s.n_steps * rows
     updates = math.ceil(s.timesteps / rollout)
     phases = ppo.Phases()
-    ppo.train(row.scenario, timesteps=updates * rollout, num_envs=row.num_sims, seed=s.seed,
+    source, kwargs = _vec_args(row)
+    ppo.train(source, timesteps=updates * rollout, num_envs=row.num_sims, seed=s.seed,
               n_steps=s.n_steps, epochs=s.epochs, minibatch=s.minibatch, hidden=s.hidden,
               backend=row.backend, num_workers=row.num_workers or None,
               collect="pipelined" if row.learner == "ppo-loop-pipelined" else "sync",
-              phases=phases, preset=row.preset, **_backend_options(row))
+              phases=phases, **kwargs, **_backend_options(row))
     return updates * rollout, phases
 
 
