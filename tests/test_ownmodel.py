@@ -49,6 +49,36 @@ def test_bench_quick_takes_a_users_env_on_every_local_backend(target):
     assert run.stdout.strip().splitlines()[-1].startswith("conclusion: ")
 
 
+@pytest.mark.parametrize("command", ["run", "run --plot", "scores", "bench --autotune"])
+def test_every_command_that_takes_a_scenario_takes_a_users_env(command, tmp_path):
+    """The commands not tested above on the carwash (check, bench and profile are)."""
+    target = "carwash_env:CarwashEnv"
+    argv = {
+        "run": ["run", target, "--preset", "small"],
+        "run --plot": ["run", target, "--preset", "small", "--plot", str(tmp_path / "e.png")],
+        "scores": ["scores", "random", target, "--preset", "small", "--seeds", "2",
+                   "--out", str(tmp_path)],
+        "bench --autotune": ["bench", "--autotune", target, "--envs-per-worker", "1,2",
+                             "--workers", "1", "--steps", "128", "--repeats", "1",
+                             "--no-progress"],
+    }[command]
+    if command == "run --plot":
+        pytest.importorskip("matplotlib")
+    run = deszoo(*argv)
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    if command.startswith("run"):
+        assert out.startswith(f"scenario          {target} (preset small, seed 0)"), out
+        assert "simulated time    50.00" in out, out  # the small preset's max_time (not 200)
+    if command == "run --plot":
+        assert (tmp_path / "e.png").stat().st_size > 0
+    if command == "scores":
+        (entry,) = tmp_path.glob("*.json")
+        assert '"scenario": "carwash_env:CarwashEnv"' in entry.read_text()
+    if command == "bench --autotune":
+        assert "recommended: deszoo.vector.make_vec(CarwashEnv" in out, out
+
+
 def test_bench_train_takes_a_users_env(tmp_path):
     """Every learner of ``bench --train`` on the carwash: SB3 and deszoo's loop through
     make_vec (workers import the module by name), the SuperSuit chain on the env itself."""
