@@ -163,6 +163,21 @@ def test_conclusion_on_a_busy_machine_says_why_and_what_to_run():
     assert "more envs per worker (--num-envs 32)" in line  # a 50 us step is cheap
 
 
+def test_conclusion_when_parallel_wins_on_one_work_and_loses_on_another():
+    from deszoo.bench.report import conclusion
+
+    result = _result(1.9, {"roundrobin": 0.9, "shm": 1.7})
+    light = _result(1.9, {"roundrobin": 0.8, "shm": 0.9})["rows"]
+    for r in light:
+        r["scenario"], r["env_steps_per_s"] = "light:Env", r["env_steps_per_s"] * 3
+    result["rows"] += light
+    line = conclusion(result)
+    assert line.startswith("conclusion: shm with 2 workers is fastest on mine:Env/default, "
+                           "1.70x serial; no vector mode beat serial on light:Env/default "
+                           "(best: shm with 2 workers, 0.90x): a step takes 17 us"), line
+    assert "idle machine" not in line and "more envs per worker (--num-envs 32)" in line
+
+
 def test_conclusion_suggests_fewer_workers_only_when_no_row_ran_with_as_few():
     from deszoo.bench.report import conclusion
 
