@@ -259,6 +259,7 @@ def test_profile_of_a_scenario_counts_its_events(name):
 
     r = profile(name, preset="small", steps=200, modes=(), repeats=1, sample_seconds=0)
     assert r.events_per_step > 1
+    assert sum(p.us for p in r.parts) == pytest.approx(r.step_us)  # no time left unattributed
     assert r.part("SimPy").us > 0 and r.part("model").us > 0 and r.part("bridge").us > 0
     assert all("envs" in f.where or f.where.split(":")[0] in ("env.py", "model.py")
                for f in r.functions[:3])
