@@ -621,7 +621,8 @@ def advise(report: Report) -> list[str]:
         elif share >= 0.15:
             found.append((share, (
                 f"{share:.0%} of the step is the model's `{top.name}` ({top.us:.1f} us, "
-                f"{top.where}, {top.calls:.2g} calls per step): the first place to make "
+                f"{top.where}, {top.calls:.2g} call{'' if top.calls == 1 else 's'} per "
+                "step): the first place to make "
                 f"faster; see {SPEED_DOCS}")))
         for f in report.functions[1:3]:
             share = f.us / step
