@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -237,3 +240,29 @@ def test_a_stopped_worker_is_found_in_async_mode(name, on_error):
         except (OSError, UnboundLocalError):
             pass
         vec.close()
+
+
+
+def test_a_ctrl_c_between_the_barrier_calls_does_not_hang_the_next_step():
+    """shm's hand-out takes and releases a private lock as its memory barrier. A Ctrl-C that
+    landed between the two (seen in the chaos test, SIGINT from another thread) left the lock
+    held, and every later hand-out blocked for ever in ``acquire`` (a signal does not break
+    it). Now the next step goes on with a fresh lock. Run in a child process so that a
+    regression fails on the timeout instead of hanging the test run."""
+    code = textwrap.dedent("""
+        from deszoo.vector import make_vec
+        vec = make_vec("jobshop_v0", 4, backend="shm", num_workers=2, preset="small")
+        _, infos = vec.reset(seed=0)
+        assert vec.transport.barrier.acquire()  # held, as the cut pair left it
+        for _ in range(3):
+            _, _, _, _, infos = vec.step(infos["action_mask"].argmax(axis=1))
+        print(vec.state.name)
+        vec.close()
+    """)
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a step after a cut barrier pair hung (60 s)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "READY"

@@ -361,8 +361,11 @@ class ShmTransport(Transport):
             if not p.dead:  # (a dead one is reported by poll)
                 ctl[p.base + CODE] = code  # the code before the sequence number: a worker
                 ctl[p.base + CMD] = p.seq  # that sees the new number sees the new code
-        self.barrier.acquire()
-        self.barrier.release()
+        barrier = self.barrier
+        if not barrier.acquire(False):  # left held by a Ctrl-C between acquire and release
+            barrier = self.barrier = threading.Lock()  # (a blocking acquire hung for ever)
+            barrier.acquire()
+        barrier.release()
         hook = self.hook
         for w in ws:
             p = w.handle
