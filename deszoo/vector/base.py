@@ -204,6 +204,8 @@ class Lifecycle:
 
     Attributes:
         state, resume: the state, and where INTERRUPTED goes back to.
+        command: the command of the sync call in flight (``"step"``, ``"reset"`` or
+            ``"call"``): a call cut short is finished as what it was (:meth:`settle`).
         recv_workers, recv_rows: RECEIVED: the workers and rows of the last ``recv()``.
     """
 
@@ -212,6 +214,7 @@ class Lifecycle:
         self.is_async = is_async
         self.state = State.NEEDS_RESET
         self.resume = State.NEEDS_RESET
+        self.command = "step"
         self.recv_workers: list[int] = []
         self.recv_rows: np.ndarray | None = None
         self.pool: WorkerPool | None = None  # set once built
@@ -261,33 +264,37 @@ class Lifecycle:
         elif call == "send" and state is not State.RECEIVED:
             raise NoAsyncCallError("send() without a preceding recv(); call recv() first", "send")
 
-    def calling(self) -> None:
-        """A call hands out commands: until it has taken every reply the state is
-        INTERRUPTED, so a call cut short anywhere in between (Ctrl-C) leaves it there and
-        the next call finishes the commands in flight. (Set before the hand-out, not when
-        the KeyboardInterrupt is caught: a second one could land in the handler.)"""
+    def calling(self, command: str) -> None:
+        """A call hands out ``command`` (``"step"``, ``"reset"``, ``"call"``): until it has
+        taken every reply the state is INTERRUPTED, so a call cut short anywhere in between
+        (Ctrl-C) leaves it there and the next call finishes the commands in flight. (Set
+        before the hand-out, not when the KeyboardInterrupt is caught: a second one could
+        land in the handler.)"""
         self.resume = self.state
+        self.command = command
         self.to(State.INTERRUPTED)
 
     def settle(self) -> None:
-        """Finish a call that was cut short: its results dropped, its faults handled."""
+        """Finish a call that was cut short: its results dropped, its faults handled as
+        that call handles them (a worker lost in a cut-short ``call`` is reported by the
+        next step's rows, as one lost in a ``call`` that ran to its end)."""
         if self.hook is not None:
             self.hook("settle")
-        self.finish_in_flight("after an interrupted call")
+        self.finish_in_flight("after an interrupted call", self.command)
         self.recv_workers, self.recv_rows = [], None
         self.to(self.resume)
 
     def drain(self) -> None:
         """Async mode: wait for the steps in flight and drop them (before a reset or call).
         Their faults are handled (and logged) as usual."""
-        self.finish_in_flight("while draining steps in flight")
+        self.finish_in_flight("while draining steps in flight", "step")
 
-    def finish_in_flight(self, why: str) -> None:
+    def finish_in_flight(self, why: str, command: str) -> None:
         # Kept until handled: a Ctrl-C before the block below holds loses no failure.
         replies = self.pool.finish()
         with sigint_deferred():  # see Faults.report
             self.pool.forget(replies)
-            errors = self.faults.handle(replies, "step") if replies else []
+            errors = self.faults.handle(replies, command) if replies else []
         for exc in errors:
             log.warning("%s: %s", why, str(exc).splitlines()[0])
 
@@ -460,7 +467,7 @@ class DeszooVecEnv(VectorEnv):
             payloads[w.index] = (seeds[w.first : w.first + w.count], mine)
         self.batch.clear_restarted(None if which is None
                                    else np.repeat(which, self.agents_per_sim))
-        self.life.calling()
+        self.life.calling("reset")
         self.pool.post(ws, "reset", payloads)
         replies = list(self.pool.collect(ws, keep=True).values())
         reset_rows = slice(None) if which is None else np.repeat(which, self.agents_per_sim)
@@ -499,7 +506,8 @@ class DeszooVecEnv(VectorEnv):
         ws = self._workers
         if batch.any_restarted:  # (a worker restarted in a call sits this step out)
             ws = batch.begin_step(ws)
-        life.resume = _READY  # life.calling(), inlined: until every reply is taken
+        life.resume = _READY  # life.calling("step"), inlined: until every reply is taken
+        life.command = "step"
         life.state = _INTERRUPTED
         # The transport's step, not pool.step: one frame less on the hot path.
         deadline = time.monotonic() + self.timeout + self.transport.grace
@@ -631,7 +639,7 @@ class DeszooVecEnv(VectorEnv):
         sims = list(range(self.num_sims)) if sims is None else sims
         plan = self.pool.plan_call(call, sims)
         ws = [self._workers[i] for i in plan]
-        self.life.calling()
+        self.life.calling("call")
         replies = self.pool.exchange(ws, "call", plan)
         lost = [r for r in replies.values() if r.kind != "ok"]
         if lost:  # a worker died or hung: it is replaced (or the error raised), then asked again

@@ -46,6 +46,7 @@ __all__ = [
     "Worker",
     "WorkerPool",
     "WorkerState",
+    "finish_hand_out",
     "post_guarded",
     "resolve_workers",
     "sigint_deferred",
@@ -127,16 +128,36 @@ def _record(signum: int, frame: Any) -> None:
 
 def post_guarded(t: Transport, ws: Sequence[Worker], command: str, payloads: Any) -> None:
     """``t.post`` such that a Ctrl-C never leaves a batch half handed out: held off, or,
-    for an idempotent transport, the hand-out done again in full before it propagates."""
+    for an idempotent transport, the hand-out done again in full before it propagates
+    (:func:`finish_hand_out`)."""
     if t.idempotent:
+        t.handing = (ws, command, payloads)  # (plain stores: no Ctrl-C lands on them)
         try:
             t.post(ws, command, payloads)
         except BaseException:
-            t.post(ws, command, payloads)
+            finish_hand_out(t)
             raise
+        t.handing = None
         return
     with sigint_deferred():  # a Ctrl-C now is raised when the block ends
         t.post(ws, command, payloads)
+
+
+def finish_hand_out(t: Transport) -> None:
+    """Hand out in full, with Ctrl-C held off, what an idempotent transport's hand-out cut
+    short by Ctrl-C left undone (``t.handing``; a worker that has its command keeps it).
+
+    Done again without holding Ctrl-C off, the hand-out could be cut a second time (a
+    terminal's Ctrl-C, or a thread's SIGINTs, come in bursts): workers left without their
+    command never stepped (a step half done), and workers left without their arguments
+    waited for them until ``timeout`` and were replaced, their envs restarted for nothing.
+    A Ctrl-C that lands before this holds it off leaves ``t.handing`` set: the next call
+    finishes the hand-out first (:meth:`WorkerPool.finish`)."""
+    with sigint_deferred():
+        handing = t.handing
+        if handing is not None:
+            t.post(*handing)
+            t.handing = None
 
 
 class WorkerState(enum.Enum):
@@ -229,6 +250,8 @@ class Transport:
         idempotent: ``post`` and ``poll`` may be cut short by Ctrl-C and called again (a
             worker is never handed one command twice, a reply read is read again until it
             is taken); otherwise the lifecycle holds Ctrl-C off around them.
+        handing: an idempotent transport's hand-out in flight, ``(ws, command,
+            payloads)``, until it is done in full (:func:`finish_hand_out`).
         grace: seconds added to every deadline (a transport whose workers report hung
             ones themselves).
         hook: the vector env's fault hook (see :data:`FAULT_POINTS`), or ``None``.
@@ -236,6 +259,9 @@ class Transport:
 
     bufs: Buffers
     idempotent: bool = False
+    # Idempotent transports: ``(ws, command, payloads)`` of a hand-out not yet done in full
+    # (see finish_hand_out).
+    handing: tuple[Sequence[Worker], str, Any] | None = None
     grace: float = 0.0
     hook: Callable[[str], None] | None = None
 
@@ -503,7 +529,10 @@ class WorkerPool:
     def finish(self) -> list[Reply]:
         """Every reply still due: those of the commands in flight (waited for) and those
         taken but never handed over. They stay taken until :meth:`forget`: a caller cut
-        short before it has handled them loses none."""
+        short before it has handled them loses none. A hand-out cut short is finished
+        first."""
+        if self.transport.handing is not None:
+            finish_hand_out(self.transport)
         busy = self.busy()
         if busy:
             self.collect(busy, keep=True)

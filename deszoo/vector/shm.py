@@ -36,6 +36,7 @@ from deszoo.vector.pool import (
     Transport,
     Worker,
     WorkerState,
+    finish_hand_out,
     sigint_deferred,
     usable_cores,
 )
@@ -323,6 +324,11 @@ class ShmTransport(Transport):
         self.poller.register(p.sentinel, select.POLLIN)
 
     def post(self, ws: Sequence[Worker], command: str, payloads: Any) -> None:
+        if self.barrier.locked():
+            # A Ctrl-C landed between the barrier's acquire and release in a hand-out
+            # (only this thread takes it): the hand-out done again (finish_hand_out, which
+            # comes here) would wait for it for ever.
+            self.barrier.release()
         if command == "step":
             code = STEP_SAME if payloads else CODES["step"]
             if len(ws) == self.num_workers:
@@ -381,14 +387,17 @@ class ShmTransport(Transport):
         # The hot path: every worker steps; one wake-up, the last worker's, usually finds
         # every answer "ok" in the control block. Anything else (data, a death, a stale
         # wake-up, a long step) goes the general way (poll). Ctrl-C needs no holding off:
-        # the hand-out is done again in full if it was cut short, and the answers stay in
-        # the control block until the lifecycle takes them.
+        # a hand-out cut short is done again in full (with Ctrl-C held off; see
+        # finish_hand_out), and the answers stay in the control block until the lifecycle
+        # takes them.
         code = (STEP_SAME if same_step else CODES["step"]) | LAST_ONLY
+        self.handing = (ws, "step", same_step)
         try:
             self._hand_out(ws, STEP, code)
         except BaseException:
-            self._hand_out(ws, STEP, code)
+            finish_hand_out(self)
             raise
+        self.handing = None
         hook, ctl = self.hook, self.ctl
         if hook is not None:
             hook("wait")
