@@ -338,3 +338,65 @@ def test_a_step_whose_hand_out_is_cut_twice_steps_every_env(monkeypatch):
     finally:
         vec.close()
         ref.close()
+
+
+class _Hang(Exception):
+    pass
+
+
+@pytest.mark.filterwarnings("ignore::deszoo.errors.MasksIgnoredWarning")
+def test_a_ctrl_c_inside_the_hand_out_barrier_leaves_no_lock_taken():
+    """``shm``'s hand-out takes and releases a private lock as a memory barrier. A Ctrl-C
+    that Python raised right after the lock was taken (at the return from ``acquire``)
+    left it taken, and the hand-out done again waited for it for ever (a chaos run hung
+    there: the main thread in ``_hand_out``'s ``acquire``, its watchdog's SIGALRM taken by
+    the SIGINT thread). Now a hand-out finds it taken and releases it: the step is done
+    again in full and the run goes on. (The Ctrl-C is raised by a stand-in for the lock.)"""
+    vec = make_vec("jobshop_v0", 4, seed=7, backend="shm", num_workers=2, timeout=20.0,
+                   preset="small")
+    ref = make_vec("jobshop_v0", 4, seed=7, backend="roundrobin", preset="small")
+    real = vec.transport.barrier
+
+    class CutAfterAcquire:
+        cuts = 1
+
+        def acquire(self, *args):
+            got = real.acquire(*args)
+            if CutAfterAcquire.cuts:
+                CutAfterAcquire.cuts -= 1
+                raise KeyboardInterrupt  # as Python raises it when acquire returns
+            return got
+
+        def release(self):
+            real.release()
+
+        def locked(self):
+            return real.locked()
+
+    def hang(signum, frame):
+        raise _Hang("the hand-out waits for its own lock")
+
+    old = signal.signal(signal.SIGALRM, hang)
+    watchdog = threading.Timer(15.0, signal.pthread_kill,
+                               (threading.main_thread().ident, signal.SIGALRM))
+    watchdog.start()
+    try:
+        _, infos = vec.reset()
+        ref.reset()
+        acts = last_legal(infos["action_mask"])
+        vec.transport.barrier = CutAfterAcquire()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                vec.step(acts)
+            assert CutAfterAcquire.cuts == 0
+            vec.get_attr("possible_agents")  # finishes the cut-short step
+        finally:
+            vec.transport.barrier = real
+        _, _, _, _, infos = ref.step(acts)
+        run_after_cut(vec, ref, infos)
+        assert not real.locked()
+    finally:
+        watchdog.cancel()
+        signal.signal(signal.SIGALRM, old)
+        vec.close()
+        ref.close()
