@@ -49,6 +49,37 @@ def first_obs(sim: int) -> np.ndarray:
         ref.close()
 
 
+def steps_after_the_loss(vec, ref, infos: dict, mode: str) -> None:
+    """The two steps after worker 0 (envs 0 and 1) was lost in a call: the first reports
+    the restart as a step that lost it would (its rows truncated with
+    ``infos["restarted"]``; SameStep: ``_final_obs`` and the new episode's rows; NextStep:
+    dead rows), its actions ignored; on the second the new episode goes on (NextStep:
+    starts). Worker 1's envs step as if nothing happened (``ref``: the same actions)."""
+    n = vec.agents_per_sim
+    lost = slice(0, 2 * n)  # worker 0: envs 0 and 1
+    kept = slice(2 * n, 4 * n)
+    acts = legal_last(infos["action_mask"])
+    obs, rew, term, trunc, infos = vec.step(acts)
+    want = ref.step(acts)
+    restarted = infos["restarted"]
+    assert restarted[lost].all() and not restarted[kept].any(), restarted
+    assert trunc[lost].all() and not term[lost].any() and not rew[lost].any()
+    if mode == "SameStep":
+        assert infos["_final_obs"][lost].all()
+        np.testing.assert_array_equal(obs[0:n], first_obs(0))
+    else:
+        assert not obs[lost].any() and not infos["live"][lost].any()
+    np.testing.assert_array_equal(obs[kept], want[0][kept])
+    np.testing.assert_array_equal(rew[kept], want[1][kept])
+    acts = legal_last(infos["action_mask"])
+    obs, rew, term, trunc, infos = vec.step(acts)
+    assert not infos["restarted"].any()
+    if mode == "NextStep":  # the new episode starts now
+        np.testing.assert_array_equal(obs[0:n], first_obs(0))
+        assert not trunc[lost].any() and infos["live"][lost].any()
+    np.testing.assert_array_equal(obs[kept], ref.step(acts)[0][kept])
+
+
 @pytest.mark.parametrize("on_error", ["restart", "raise"])
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
 @pytest.mark.parametrize("backend", ["shm", "supersuit"])
@@ -66,9 +97,6 @@ def test_worker_lost_in_a_call_is_reported_by_the_next_step(call, backend, mode,
     vec = make_vec("jobshop_v0", 4, backend=backend, **kw)
     ref = make_vec("jobshop_v0", 4, backend="roundrobin", preset="small", seed=SEED,
                    autoreset_mode=mode)
-    n = vec.agents_per_sim
-    lost = slice(0, 2 * n)  # worker 0: envs 0 and 1
-    kept = slice(2 * n, 4 * n)
     try:
         _, infos = vec.reset()
         ref.reset()
@@ -84,27 +112,50 @@ def test_worker_lost_in_a_call_is_reported_by_the_next_step(call, backend, mode,
                 getattr(vec, call)(*args)
         else:
             getattr(vec, call)(*args)
-        acts = legal_last(infos["action_mask"])
-        obs, rew, term, trunc, infos = vec.step(acts)
-        want = ref.step(acts)
-        restarted = infos["restarted"]
-        assert restarted[lost].all() and not restarted[kept].any(), restarted
-        assert trunc[lost].all() and not term[lost].any() and not rew[lost].any()
-        if mode == "SameStep":
-            assert infos["_final_obs"][lost].all()
-            np.testing.assert_array_equal(obs[0:n], first_obs(0))
-        else:
-            assert not obs[lost].any() and not infos["live"][lost].any()
-        np.testing.assert_array_equal(obs[kept], want[0][kept])
-        np.testing.assert_array_equal(rew[kept], want[1][kept])
-        acts = legal_last(infos["action_mask"])
-        obs, rew, term, trunc, infos = vec.step(acts)
-        assert not infos["restarted"].any()
-        if mode == "NextStep":  # the new episode starts now
-            np.testing.assert_array_equal(obs[0:n], first_obs(0))
-            assert not trunc[lost].any() and infos["live"][lost].any()
-        np.testing.assert_array_equal(obs[kept], ref.step(acts)[0][kept])
+        steps_after_the_loss(vec, ref, infos, mode)
     finally:
+        vec.close()
+        ref.close()
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+@pytest.mark.parametrize("backend", ["shm", "supersuit"])
+def test_worker_lost_in_a_call_cut_short_is_reported_by_the_next_step(backend, mode):
+    """A ``get_attr`` that finds a worker dead is cut short by Ctrl-C while it waits; the
+    next call finishes it as that call would have (docs/vector.md, Ctrl-C: "the next call
+    finishes it first, faults included"): the worker is replaced and the next step reports
+    the restart, as in the test above. Before, the cut-short call was finished as a step
+    would be: the restart was marked for a step whose results were dropped, the next step
+    cleared the marks, and the old episode ended unreported."""
+    vec = make_vec("jobshop_v0", 4, backend=backend, preset="small", num_workers=2,
+                   seed=SEED, on_error="restart", autoreset_mode=mode, timeout=20.0)
+    ref = make_vec("jobshop_v0", 4, backend="roundrobin", preset="small", seed=SEED,
+                   autoreset_mode=mode)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def ctrl_c(point):
+        if point == "wait":  # the call's commands are out; it waits for the replies
+            vec.fault_hook = None
+            signal.raise_signal(signal.SIGINT)
+
+    try:
+        _, infos = vec.reset()
+        ref.reset()
+        for _ in range(3):
+            acts = legal_last(infos["action_mask"])
+            _, _, _, _, infos = vec.step(acts)
+            ref.step(acts)
+        kill(vec.worker_pids()[0])
+        generation = vec.pool.workers[0].generation
+        vec.fault_hook = ctrl_c
+        with pytest.raises(KeyboardInterrupt):
+            vec.get_attr("possible_agents")
+        assert vec.state is State.INTERRUPTED
+        vec.get_attr("possible_agents")  # finishes the cut-short one (the worker replaced)
+        assert vec.pool.workers[0].generation == generation + 1
+        steps_after_the_loss(vec, ref, infos, mode)
+    finally:
+        signal.signal(signal.SIGINT, old)
         vec.close()
         ref.close()
 

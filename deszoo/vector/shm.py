@@ -324,11 +324,6 @@ class ShmTransport(Transport):
         self.poller.register(p.sentinel, select.POLLIN)
 
     def post(self, ws: Sequence[Worker], command: str, payloads: Any) -> None:
-        if self.barrier.locked():
-            # A Ctrl-C landed between the barrier's acquire and release in a hand-out
-            # (only this thread takes it): the hand-out done again (finish_hand_out, which
-            # comes here) would wait for it for ever.
-            self.barrier.release()
         if command == "step":
             code = STEP_SAME if payloads else CODES["step"]
             if len(ws) == self.num_workers:
