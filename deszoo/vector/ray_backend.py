@@ -1,18 +1,24 @@
-"""``ray``: Ray actors hosting several envs each, on one machine or across a cluster.
+"""``ray``: Ray actors, each running a worker pool over a block of envs, on one machine or
+across a cluster.
 
 Design (the lifecycle is the base class's; this module is the transport):
 
-* Actor ``w`` hosts envs ``first_w .. first_w + count_w - 1`` in an
-  :class:`~deszoo.vector._host.EnvGroup` over its own private buffers (the same per-env code
-  as every other backend, which is what makes them bit-identical).
-* A command is one remote call per actor: a step sends its rows' actions (one int64 array)
-  and gets its results back packed in one uint8 array (observations, masks, rewards,
-  flags, clocks, event counts; final observations in SameStep mode only), with a list of
-  env failures, usually empty. The parent submits every call, waits for them with one
-  ``ray.wait``, and copies each reply into the batch buffers.
-* Faults: an actor that dies (killed, ``os._exit``, its node lost) is reported as a dead
-  worker, one that gives no answer within ``timeout`` as a hung one, and the base class
-  replaces it (``on_error="restart"``) or raises.
+* An actor (:class:`ActorHost`) runs a :class:`~deszoo.vector.pool.WorkerPool` over envs
+  ``first .. first + count - 1``, through its public API. Per group (this module), each
+  parent worker is one actor whose pool has one in-process worker (an
+  :class:`~deszoo.vector._host.EnvGroup` in the actor, the same per-env code as every other
+  backend, which is what makes them bit-identical). With ``per_node=True``
+  (:mod:`deszoo.vector.ray_nodes`) each node actor's pool has ``shm`` worker processes,
+  the parent's workers in order.
+* A command is one remote call per actor: a step sends its rows' actions (one array) and
+  gets its results back packed in one uint8 array (observations, masks, rewards, flags,
+  clocks, event counts; final observations in SameStep mode only), in chunks Ray sends
+  inline, with notes only when a worker has something to report. A node actor can also take
+  whole-node steps through a step channel (a TCP connection, no Ray code on either side).
+* Faults: a pool reports its workers' own faults as their replies. An actor that dies
+  (killed, ``os._exit``, its node lost) is a death of each of its workers, one that gives no
+  answer within ``timeout`` (plus the transport's grace) a hang; the base class replaces
+  the worker (``on_error="restart"``; a lost actor is rebuilt by the first restart) or raises.
 * Ray itself: an initialised Ray (``ray.init`` by the caller, or a Ray Client connection) is
   used as it is and never shut down here. Otherwise the first vector env calls
   ``ray.init(address=address)`` and leaves Ray running when it closes, for further vector
@@ -24,13 +30,19 @@ See ``docs/distributed.md``.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import logging
 import os
+import pickle
+import select
+import socket
+import struct
 import threading
 import time
 import traceback
 import warnings
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,12 +52,21 @@ from deszoo.core.arrays import AGENT_ARRAYS
 from deszoo.core.params import flag, integer, named_check, optional, real
 from deszoo.errors import ConfigError
 from deszoo.vector import _procs
-from deszoo.vector._host import Buffers, Call, EnvGroup, Layout
+from deszoo.vector._host import Buffers, Call, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
 from deszoo.vector.options import MAX_SPIN_US, SECONDS, option, rule
-from deszoo.vector.pool import Reply, Transport, Worker, WorkerState
+from deszoo.vector.pool import (
+    Reply,
+    Transport,
+    Worker,
+    WorkerPool,
+    WorkerState,
+    sigint_deferred,
+    split,
+)
+from deszoo.vector.roundrobin import InProcess
 
-__all__ = ["RayTransport", "RayVecEnv", "import_ray", "reply_fields"]
+__all__ = ["ActorHost", "RayTransport", "RayVecEnv", "import_ray", "reply_fields"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +75,7 @@ INSTALL_HINT = "backend='ray' needs Ray: pip install 'deszoo[ray]'"
 FIELDS = (*(name for name, _, _ in AGENT_ARRAYS.values()), "sim_time", "events")
 SAME_STEP_FIELDS = ("final_obs", "final", "final_count", "final_time")
 SIM_FIELDS = ("sim_time", "events", "final_time", "state", "final_state")
+DATA_COMMANDS = ("step", "reset", "rebuild")  # commands whose reply carries the rows
 
 
 def reply_fields(layout: Layout, same_step: bool) -> tuple[str, ...]:
@@ -64,6 +86,17 @@ def reply_fields(layout: Layout, same_step: bool) -> tuple[str, ...]:
 # Default actor options: Ray's default resources for actors (one CPU to be placed, none held
 # while running, so several vector envs fit on a small cluster), spread over the nodes.
 ACTOR_OPTIONS = {"max_restarts": 0, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
+# Ray sends a return value of up to 100 KiB inline with the call's answer and a larger one
+# through its object store, which costs milliseconds more per call (measured: ridehail_v0,
+# 16 envs per node, 390 KB). So a larger reply comes back in chunks of this size, each its
+# own return value.
+CHUNK = 96 * 1024
+# The step channel: the driver sends STEP_HEAD (same-step flag, bytes of actions) and the
+# actor's actions; the actor answers REPLY_HEAD (bytes of the block, bytes of the pickled
+# notes), its block and its notes (None: every worker "ok").
+STEP_HEAD = struct.Struct("<II")
+REPLY_HEAD = struct.Struct("<QQ")
+TOKEN_BYTES = 16
 
 
 def import_ray():
@@ -78,7 +111,6 @@ def import_ray():
 def ignore_sigint() -> None:
     """In an actor: leave Ctrl-C to the driver (see :mod:`deszoo.vector._procs`)."""
     import signal
-    import threading
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -100,86 +132,221 @@ def ensure_ray(address: str | None) -> bool:
     return True
 
 
-class _Host:
-    """Body of one actor: envs ``first .. first + count - 1`` over private buffers.
+def _recv_into(sock: socket.socket, view: memoryview) -> bool:
+    """Fill ``view`` from ``sock``; ``False`` at EOF before the first byte."""
+    got = 0
+    while got < len(view):
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            if got == 0:
+                return False
+            raise ConnectionError("connection closed in the middle of a message")
+        got += k
+    return True
 
-    Each command returns ``(block, failures, value)``: ``block`` packs the fields the
-    parent reads into one uint8 array (serialised by Ray before the next call runs, so it is
-    reused), ``failures`` a list of env failures with batch-wide env indices.
+
+def _recv_bytes(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    if n and not _recv_into(sock, memoryview(buf)):
+        raise ConnectionError("connection closed")
+    return bytes(buf)
+
+
+# ---- inside an actor ---------------------------------------------------------------------
+class ActorHost:
+    """Body of an actor: a pool of ``num_workers`` workers over envs ``first .. first +
+    spec.num_sims - 1`` (messages use batch-wide env indices; the pool numbers its envs
+    from 0, its workers as ``j``). Here the workers are in-process :class:`EnvGroup` s
+    (:meth:`transport`); with ``channel`` the actor also serves whole-pool steps over a
+    step channel.
     """
 
     def __init__(
         self,
-        factory: Any,
-        layout: Layout,
+        spec: VecSpec,
         first: int,
-        count: int,
-        reset_seeds: list | None,
-        same_step: bool,
+        num_workers: int,
         events: np.ndarray,
+        same_step: bool,
+        pool_options: dict,
+        chunk: int = CHUNK,
+        channel: bool = False,
     ):
-        self.build_error: str | None = None
+        import ray
+
         ignore_sigint()
+        self.first = first
+        self.info = (os.getpid(), ray.util.get_node_ip_address(),
+                     ray.get_runtime_context().get_node_id())
+        self.error: str | None = None
         try:
-            local = dataclasses.replace(layout, num_sims=count)
-            self.bufs = Buffers(local, bytearray(local.nbytes()))
-            self.bufs.events[:] = events  # event counts survive an actor's replacement
-            self.group = EnvGroup(factory, self.bufs, 0, count, reset_seeds)
-            self.first = first
+            workers = [Worker(j, f, c, len(spec.agents))
+                       for j, (f, c) in enumerate(split(spec.num_sims, num_workers))]
+            self.pool = WorkerPool(self.transport(spec, workers, pool_options), workers,
+                                   pool_options["timeout"])
+            bufs = self.pool.bufs
+            bufs.events[:] = events  # event counts survive the actor's replacement
             # The reply packs only the fields the parent reads (no actions, no final
-            # observations in NextStep mode), so it stays small enough for Ray to send it
-            # inline (up to 100 KiB) rather than through the object store.
-            names = reply_fields(layout, same_step)
-            self.parts = [getattr(self.bufs, name).reshape(-1).view(np.uint8) for name in names]
+            # observations in NextStep mode).
+            names = reply_fields(spec.layout, same_step)
+            self.parts = [getattr(bufs, n).reshape(-1).view(np.uint8) for n in names]
             sizes = [p.nbytes for p in self.parts]
             self.offsets = dict(zip(names, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
             self.block = np.empty(sum(sizes), dtype=np.uint8)
+            self.chunks = [self.block[a : a + chunk] for a in range(0, len(self.block), chunk)]
         except Exception as exc:
-            self.build_error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+            self.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        self.channel: tuple | None = None
+        if channel and self.error is None:
+            try:
+                self._listen()
+            except OSError as exc:  # the driver steps this actor through Ray calls then
+                log.warning("actor %s: no step channel (%s)", first, exc)
 
-    def boot(self) -> tuple:
-        """``(pid, (node ip, node id), offset of each field in the reply, build error)``."""
-        import ray
+    @staticmethod
+    def transport(spec: VecSpec, workers: list[Worker], options: dict) -> Transport:
+        """The pool's transport over ``workers``: in this process."""
+        return InProcess(spec.factory, spec.layout)
 
-        node = (ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id())
-        if self.build_error is not None:
-            return os.getpid(), node, None, self.build_error
-        return os.getpid(), node, self.offsets, None
+    @staticmethod
+    def worker_pid(w: Worker) -> int | None:
+        """Process id of the pool's worker ``w`` (it runs in this actor)."""
+        return os.getpid()
 
-    def run(self, command: str, payload: Any, actions: np.ndarray | None) -> tuple:
+    def _listen(self) -> None:
+        """Open the step channel: a TCP port on this node's address that takes one
+        connection, from the driver, which proves itself with a token first."""
+        ip = self.info[1]
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((ip, 0))
+        listener.listen(1)
+        token = os.urandom(TOKEN_BYTES)
+        self.channel = (ip, listener.getsockname()[1], token)
+        threading.Thread(target=self._serve, args=(listener, token), daemon=True,
+                         name="deszoo-node-channel").start()
+
+    def _serve(self, listener: socket.socket, token: bytes) -> None:
+        """The step channel's thread: accept the driver, then step the pool for it until
+        it hangs up. Steps come one at a time and never while a Ray call of this actor
+        runs (the driver waits for each), so the pool is never used by two threads at once."""
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                conn.settimeout(10.0)
+                if hmac.compare_digest(_recv_bytes(conn, TOKEN_BYTES), token):
+                    break
+            except OSError:
+                pass
+            conn.close()
+        listener.close()
+        conn.settimeout(None)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        act = memoryview(self.pool.bufs.act.reshape(-1).view(np.uint8))
+        head = bytearray(STEP_HEAD.size)
+        try:
+            while _recv_into(conn, memoryview(head)):
+                same_step, nbytes = STEP_HEAD.unpack(head)
+                if nbytes != len(act):
+                    raise ConnectionError(f"step of {nbytes} bytes of actions; expected {len(act)}")
+                _recv_into(conn, act)
+                _, notes = self._run("step", None, bool(same_step))
+                data = pickle.dumps(notes) if notes is not None else b""
+                conn.sendall(REPLY_HEAD.pack(self.block.nbytes, len(data)))
+                conn.sendall(memoryview(self.block))
+                if data:
+                    conn.sendall(data)
+        except OSError as exc:  # the driver is gone (it notices a lost actor by itself)
+            log.debug("step channel closed: %s", exc)
+        finally:
+            conn.close()
+
+    def launch(self, seeds: dict[int, list | None]) -> tuple:
+        """(Re)start pool workers ``j`` whose envs start with ``seeds[j]``; wait for them.
+
+        Returns ``(actor info, (offsets, chunks per reply), {j: (kind, pid, detail)})``;
+        the info ends with the step channel ``(ip, port, token)``, or ``None``.
+        """
+        info = (*self.info, self.channel)
+        if self.error is not None:
+            return info, None, {j: ("boot_failed", None, self.error) for j in seeds}
+        pool = self.pool
+        ws = [pool.workers[j] for j in seeds]
+        replies = pool.boot(ws, seeds)
+        out = {}
+        for w in ws:
+            r = replies[w.index]
+            out[w.index] = (r.kind, self.worker_pid(w) if w.handle is not None else None,
+                            r.detail)
+        return info, (self.offsets, len(self.chunks)), out
+
+    def run(self, command: str, workers: list[int] | None, payload: Any,
+            actions: np.ndarray | None) -> tuple:
+        """Run ``command`` on pool workers ``workers`` (``None``: all).
+
+        Returns ``(block, replies)``: ``block`` packs the actor's rows (step, reset,
+        rebuild), ``replies`` is ``None`` when every worker answered ``ok`` with nothing
+        to report, else ``[(j, kind, failures, value, detail), ...]``. With more than one
+        chunk: ``(replies, chunk 0, chunk 1, ...)``, one return value each (``None``
+        chunks when there is no block).
+        """
         if actions is not None:
-            self.bufs.act[:] = actions
-        first = self.first
-        if command == "call":  # batch-wide env indices -> this actor's
-            payload = Call(payload.kind, payload.name, tuple(s - first for s in payload.sims),
-                           payload.args, payload.kwargs, payload.values)
-        elif command == "rebuild":
-            seeds, reset_now = payload
-            payload = ({s - first: v for s, v in seeds.items()}, reset_now)
-        failures, value = self.group.run(command, payload)
-        for f in failures:
-            f.env_index += first
-        if command in ("step", "reset", "rebuild"):
+            self.pool.bufs.act[:] = actions
+        data, reply = self._run(command, workers, payload)
+        if len(self.chunks) == 1:
+            return (self.block if data else None), reply
+        return (reply, *(self.chunks if data else [None] * len(self.chunks)))
+
+    def _run(self, command: str, workers: list[int] | None, payload: Any) -> tuple:
+        """Run ``command`` (actions already in place); ``(whether the block was packed,
+        notes)``."""
+        pool = self.pool
+        ws = pool.workers if workers is None else [pool.workers[j] for j in workers]
+        notes = []
+        live = []
+        for w in ws:
+            if w.handle is None:
+                notes.append((w.index, "died", [], None, " (not running); its envs were lost"))
+            else:
+                live.append(w)
+        if command != "step":
+            payload = {j: self._local(command, p) for j, p in payload.items()}
+            replies = pool.exchange(live, command, payload) if live else {}
+        elif len(live) == len(pool.workers):  # the pool's fast path: None when all are "ok"
+            replies = pool.step(bool(payload)) or {}
+        else:
+            replies = pool.exchange(live, command, payload) if live else {}
+        data = command in DATA_COMMANDS
+        if data:
             np.concatenate(self.parts, out=self.block)
-            return self.block, failures, value
-        return None, failures, value
+        if notes or not all(r.kind == "ok" and not r.failures and r.value is None
+                            for r in replies.values()):
+            for j, r in replies.items():
+                for f in r.failures:
+                    f.env_index += self.first
+                notes.append((j, r.kind, r.failures, r.value, r.detail))
+        return data, (notes or None)
+
+    def _local(self, command: str, payload: Any) -> Any:
+        """A command's arguments with batch-wide env indices made the pool's."""
+        first = self.first
+        if command == "call":
+            c: Call = payload
+            return Call(c.kind, c.name, tuple(s - first for s in c.sims), c.args, c.kwargs,
+                        c.values)
+        if command == "rebuild":
+            seeds, reset_now = payload
+            return {s - first: v for s, v in seeds.items()}, reset_now
+        return payload
 
     def close(self) -> None:
-        self.group.close()
+        if self.error is None:
+            self.pool.close()
 
 
-@dataclass
-class _Actor:
-    """The parent's handle on one actor: Ray's handle, the call in flight, where its
-    reply goes in the batch buffers."""
-
-    handle: Any
-    ref: Any = None
-    pid: int | None = None
-    node: tuple[str, str] | None = None  # (ip, Ray node id)
-    copies: list = field(default_factory=list)
-
-
+# ---- in the parent -----------------------------------------------------------------------
 # Longest wait for Ray to kill actors: ray.kill was seen to block for ever (a vector env
 # whose boot failed late in a long test session), and a close must never hang.
 KILL_WAIT = 10.0
@@ -246,23 +413,83 @@ def _actor_class(ray: Any, body: type, opts: dict) -> Any:
     return _ACTOR_CLASSES[key]
 
 
+def _reason(exc: BaseException) -> str:
+    """A Ray error in a line or two: its first line and, for an actor whose creation task
+    raised, the exception that task raised (the last line of its traceback)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    if len(lines) > 1 and "creation task" in lines[0]:
+        return f"{lines[0]} ... {lines[-1]}"
+    return lines[0]
+
+
+@dataclass
+class _Node:
+    """The parent's record of one actor and the workers (consecutive) it hosts."""
+
+    index: int
+    target: str | None  # the Ray node id it is placed on (None: where Ray places it)
+    workers: list[int]
+    first: int
+    count: int
+    handle: Any = None
+    generation: int = 0
+    lost: bool = False  # its actor died; the next restart replaces it
+    pid: int | None = None
+    ip: str | None = None
+    node_id: str | None = None
+    inflight: dict = field(default_factory=dict)  # first ref -> (kind, [workers], refs)
+    command: str | None = None  # the command being gathered for one call
+    pending: dict = field(default_factory=dict)  # pool worker j -> payload
+    launches: dict = field(default_factory=dict)  # pool worker j -> reset seeds
+    copies: list | None = None  # whole-actor copy plan
+    run: Any = None  # the actor's ``run`` method, with as many returns as its reply has
+    sock: socket.socket | None = None  # the step channel to its actor, if it has one
+    sock_ws: list[int] | None = None  # the workers of the step in flight on it
+    rbuf: np.ndarray | None = None  # where its step replies are read to
+
+
+@dataclass
+class _Slot:
+    """Where a worker runs: pool worker ``j`` of actor ``node``, started in the actor of
+    generation ``generation``."""
+
+    node: int
+    j: int
+    generation: int
+    pid: int | None = None
+
+
 class RayTransport(Transport):
-    """One Ray actor per worker (:class:`_Host`); one remote call per worker and command.
+    """Actors (:attr:`body`), each running a pool of consecutive workers; one remote call
+    per actor and command (or one step-channel message per actor and step).
 
     Args:
         spec: what the actors build.
-        workers: the vector env's workers.
+        workers: the vector env's workers (the pools' workers, in order).
         same_step: the vector env's autoreset mode is ``SameStep``.
-        actor_options: Ray options over the body's defaults.
+        actor_options: Ray options over :attr:`defaults`.
         close_timeout: seconds :meth:`close` waits for the actors to close their envs.
+        groups: ``[(Ray node id or None, workers), ...]``: one actor per entry with that
+            many workers (entries of 0 skipped), pinned to its node (:attr:`placement`);
+            default: one actor per worker, placed by Ray.
+        pool_options: options of each actor's pool (``timeout`` at least).
+        chunk_bytes: largest return value of an actor's reply.
+        channels: whole-actor steps go through step channels.
     """
 
     # The actors' class body and default options (the per-node transport has its own).
-    body: type = _Host
+    body: type = ActorHost
     defaults: dict = ACTOR_OPTIONS
+    actor_word = "actor"  # what messages call an actor
+    lost_words = ""  # what a worker's death in a Ray call of its actor says first
 
     def __init__(self, spec: VecSpec, workers: list[Worker], same_step: bool,
-                 actor_options: dict | None, close_timeout: float):
+                 actor_options: dict | None, close_timeout: float,
+                 groups: list[tuple[str | None, int]] | None = None,
+                 pool_options: dict | None = None, chunk_bytes: int = CHUNK,
+                 channels: bool = False):
         ray = import_ray()
         from ray.exceptions import GetTimeoutError, RayError
 
@@ -274,100 +501,316 @@ class RayTransport(Transport):
         self.n = len(spec.agents)
         self.same_step = same_step
         self.actor_cls = _actor_class(ray, self.body, {**self.defaults, **(actor_options or {})})
+        self.placement = "scheduling_strategy" not in (actor_options or {})
         self.fields = reply_fields(self.layout, same_step)
         self.bufs = Buffers(self.layout)
+        self.pool_options = pool_options or {"timeout": 60.0}
+        self.chunk_bytes = chunk_bytes
+        self.channels = channels
+        self.early: list[Reply] = []  # replies known without asking (a lost actor)
         self.handles: list = []  # what the finalizer kills
         self.close_timeout = [float(close_timeout)]
         self.finalizer = weakref.finalize(self, _shutdown, self.handles, self.close_timeout)
+        self.nodes: list[_Node] = []
+        self.node_of = [0] * len(workers)
+        k = 0
+        for target, n in groups or [(None, 1)] * len(workers):
+            if n == 0:
+                continue
+            ws = workers[k : k + n]
+            k += n
+            node = _Node(len(self.nodes), target, [w.index for w in ws], ws[0].first,
+                         sum(w.count for w in ws))
+            for w in ws:
+                self.node_of[w.index] = node.index
+            self.nodes.append(node)
+
+    def _new_actor(self, node: _Node) -> None:
+        opts = {}
+        if self.placement and node.target is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node.target, soft=False)
+        spec = dataclasses.replace(self.spec, num_sims=node.count)
+        events = self.bufs.events[node.first : node.first + node.count].copy()
+        node.handle = self.actor_cls.options(**opts).remote(
+            spec, node.first, len(node.workers), events, self.same_step, self.pool_options,
+            self.chunk_bytes, self.channels)
+        self.handles.append(node.handle)
+        node.generation += 1
+        node.lost = False
+        node.pid = node.ip = node.node_id = None
 
     # ---- the contract ---------------------------------------------------------------
     def start(self, w: Worker, reset_seeds: list | None) -> None:
-        handle = self.actor_cls.remote(
-            self.spec.factory, self.layout, w.first, w.count, reset_seeds, self.same_step,
-            self.bufs.events[w.first : w.first + w.count].copy(),
-        )
-        self.handles.append(handle)
-        w.handle = _Actor(handle, ref=handle.boot.remote())
+        node = self.nodes[self.node_of[w.index]]
+        if node.handle is None:
+            self._new_actor(node)
+        j = w.index - node.workers[0]
+        w.handle = _Slot(node.index, j, node.generation)
         w.to(WorkerState.BOOT)
+        node.launches[j] = reset_seeds
 
-    def post(self, ws: list[Worker], command: str, payloads: Any) -> None:
+    def post(self, ws: Sequence[Worker], command: str, payloads: Any) -> None:
+        """Gather the commands per actor, then send each actor one call."""
         per = isinstance(payloads, dict)
-        for k, w in enumerate(ws):
-            a: _Actor = w.handle
-            actions = self.bufs.act[w.rows] if command == "step" else None
-            a.ref = a.handle.run.remote(command, payloads[w.index] if per else payloads,
-                                        actions)
+        for w in ws:
             w.to(WorkerState(command))
-            if k == 0 and self.hook is not None:
-                self.hook("handout")
+            slot: _Slot | None = w.handle
+            node = self.nodes[self.node_of[w.index]]
+            if (slot is None or node.handle is None or node.lost
+                    or slot.generation != node.generation):
+                self.early.append(Reply(w.index, "died", detail=f" (its {self.actor_word} "
+                                        "was lost); its envs were lost"))
+                continue
+            if node.command not in (None, command):
+                self._send(node)
+            node.command = command
+            node.pending[slot.j] = payloads[w.index] if per else payloads
+        self._flush()
+
+    def _flush(self) -> None:
+        """Send every actor its gathered launches and command, one remote call each."""
+        hook = self.hook
+        for node in self.nodes:
+            sent = self._send(node)
+            if sent and hook is not None:
+                hook("handout")
+                hook = None
+
+    def _send(self, node: _Node) -> bool:
+        sent = False
+        if (node.pending and node.command == "step" and node.sock is not None
+                and len(node.pending) == len(node.workers) and not node.launches):
+            self._send_step(node)
+            return True
+        if node.launches:
+            ref = node.handle.launch.remote(node.launches)
+            node.inflight[ref] = ("boot", [node.workers[j] for j in node.launches], [ref])
+            node.launches = {}
+            sent = True
+        if node.pending:
+            command, pending = node.command, node.pending
+            every = len(pending) == len(node.workers)
+            n = self.n
+            actions = (self.bufs.act[node.first * n : (node.first + node.count) * n]
+                       if command == "step" else None)
+            payload = next(iter(pending.values())) if command == "step" else pending
+            refs = node.run.remote(command, None if every else sorted(pending), payload, actions)
+            if not isinstance(refs, list):
+                refs = [refs]
+            node.inflight[refs[0]] = (command, [node.workers[j] for j in sorted(pending)], refs)
+            node.command, node.pending = None, {}
+            sent = True
+        return sent
+
+    def _send_step(self, node: _Node) -> None:
+        """A whole actor's step through its step channel: its actions, no Ray call."""
+        n = self.n
+        acts = self.bufs.act[node.first * n : (node.first + node.count) * n]
+        same_step = bool(next(iter(node.pending.values())))
+        ws = [node.workers[j] for j in sorted(node.pending)]
+        node.command, node.pending = None, {}
+        try:
+            node.sock.sendall(STEP_HEAD.pack(int(same_step), acts.nbytes))
+            node.sock.sendall(memoryview(acts.reshape(-1).view(np.uint8)))
+        except OSError as exc:  # its actor is gone
+            self.early += self._lost_channel(node, ws, exc)
+            return
+        node.sock_ws = ws
+
+    def _connect(self, node: _Node, channel: tuple | None) -> None:
+        """Open the actor's step channel (if it has one); else it steps through Ray."""
+        if channel is None or node.copies is None:
+            return
+        ip, port, token = channel
+        try:
+            sock = socket.create_connection((ip, port), timeout=10.0)
+            sock.sendall(token)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:
+            log.warning("%s %d: no step channel to %s:%s (%s); steps go through Ray",
+                        self.actor_word, node.index, ip, port, exc)
+            return
+        sock.settimeout(None)
+        node.sock = sock
+        node.rbuf = np.empty(sum(nbytes for _, _, nbytes, _, _ in node.copies), np.uint8)
+
+    def _lost_channel(self, node: _Node, ws: list[int], exc: BaseException) -> list[Reply]:
+        """Its step channel broke: the actor is gone (or going); its workers died."""
+        if node.sock is not None:
+            node.sock.close()
+        node.sock, node.sock_ws = None, None
+        node.lost = True
+        detail = (f" (its {self.actor_word} was lost; step channel: {type(exc).__name__}: "
+                  f"{exc}); its envs were lost")
+        return [Reply(i, "died", detail=detail) for i in ws]
+
+    def _receive_step(self, node: _Node) -> list[Reply]:
+        """An actor's step reply from its channel (it is readable)."""
+        ws, sock = node.sock_ws, node.sock
+        try:
+            # The reply follows its first byte at once; an actor stopped in the middle of
+            # one counts as lost after the timeout (never a wait for ever).
+            sock.settimeout(self.pool_options["timeout"])
+            head = _recv_bytes(sock, REPLY_HEAD.size)
+            nblock, nnotes = REPLY_HEAD.unpack(head)
+            if nblock != len(node.rbuf):
+                raise ConnectionError(f"a block of {nblock} bytes; expected {len(node.rbuf)}")
+            _recv_into(sock, memoryview(node.rbuf))
+            notes = pickle.loads(_recv_bytes(sock, nnotes)) if nnotes else None
+            sock.settimeout(None)
+        except (OSError, ConnectionError, pickle.UnpicklingError) as exc:
+            return self._lost_channel(node, ws, exc)
+        node.sock_ws = None
+        return self._node_replies(node, "step", ws, (node.rbuf, notes))
 
     def poll(self, deadline: float, want: int) -> list[Reply]:
-        ray = self.ray
-        busy = {w.handle.ref: w for w in self.workers if w.busy and w.handle is not None}
-        remaining = max(0.0, deadline - time.monotonic())
-        if not busy:
+        if self.early:
+            out, self.early = self.early, []
+            return out
+        with sigint_deferred():  # launches gathered by start() go out here
+            self._flush()
+        owner = {ref: node for node in self.nodes for ref in node.inflight}
+        socks = {node.sock: node for node in self.nodes if node.sock_ws}
+        if not owner and not socks:
             return []
-        ready, _ = ray.wait(list(busy), num_returns=min(max(want, 1), len(busy)),
-                            timeout=remaining)
-        out = []
-        try:
-            values = ray.get(ready)
+        remaining = max(0.0, deadline - time.monotonic())
+        out: list[Reply] = []
+        if socks:
+            # Ray's calls in flight too (rare: an actor without a channel, a repair): look
+            # at the channels briefly, then at Ray.
+            ready_socks, _, _ = select.select(list(socks), [], [],
+                                              min(remaining, 0.002) if owner else remaining)
+            for sock in ready_socks:
+                out += self._receive_step(socks[sock])
+            if not owner:
+                return out
+        # The calls to wait for: all of them for every busy worker, else as many as the
+        # wanted workers make on average (at least one).
+        busy = sum(len(ws) for node in self.nodes for _, ws, _ in node.inflight.values())
+        calls = len(owner) if want >= busy else max(1, want * len(owner) // busy)
+        ray = self.ray
+        ready, _ = ray.wait(list(owner), num_returns=calls,
+                            timeout=0.0 if socks else remaining)
+        got = [(owner[ref], *owner[ref].inflight.pop(ref)) for ref in ready]
+        try:  # one get for every answer (a call's return values come together)
+            values = ray.get([r for *_, refs in got for r in refs])
         except self.errors:
             values = None
-        for k, ref in enumerate(ready):
-            w = busy[ref]
+        at = 0
+        for node, kind, ws, refs in got:
             try:
-                value = values[k] if values is not None else ray.get(ref)
+                parts = values[at : at + len(refs)] if values is not None else ray.get(refs)
+                at += len(refs)
+                if len(refs) == 1:
+                    value = parts[0]
+                else:  # (replies, chunks...) -> (block, replies)
+                    value = (None if parts[1] is None else np.concatenate(parts[1:]), parts[0])
             except self.errors as exc:
-                out.append(Reply(w.index, "died",
-                                 detail=f" (ray: {type(exc).__name__}: {exc}); its envs were lost"))
+                node.lost = True
+                detail = (f" ({self.lost_words}ray: {type(exc).__name__}: {_reason(exc)}); "
+                          "its envs were lost")
+                out += [Reply(i, "died", detail=detail) for i in ws]
                 continue
-            w.handle.ref = None
-            out.append(self._reply(w, value))
+            out += self._node_replies(node, kind, ws, value)
         return out
 
-    def _reply(self, w: Worker, value: Any) -> Reply:
-        a: _Actor = w.handle
-        if w.state is WorkerState.BOOT:
-            pid, node, offsets, error = value
-            a.pid, a.node = pid, node
-            if error is not None:
-                return Reply(w.index, "boot_failed", detail=error)
-            a.copies = self._plan(w, offsets)
-            return Reply(w.index, "booted")
-        block, failures, result = value
-        if block is not None:
-            for dst, off, nbytes, dtype, shape in a.copies:
-                dst[...] = block[off : off + nbytes].view(dtype).reshape(shape)
-        return Reply(w.index, "ok", failures, result)
+    def _node_replies(self, node: _Node, kind: str, ws: list[int], value: Any) -> list[Reply]:
+        out = []
+        if kind == "boot":
+            info, offsets, results = value
+            node.pid, node.ip, node.node_id, channel = info
+            if offsets is not None:
+                offsets, chunks = offsets
+                if node.copies is None:
+                    node.copies = self._node_plan(node, offsets)
+                node.run = (node.handle.run if chunks == 1
+                            else node.handle.run.options(num_returns=chunks + 1))
+                if node.sock is None and self.channels:
+                    self._connect(node, channel)
+            for j, (k, pid, detail) in results.items():
+                i = node.workers[j]
+                if self.workers[i].handle is not None:
+                    self.workers[i].handle.pid = pid
+                out.append(Reply(i, "booted" if k == "booted" else "boot_failed",
+                                 detail=detail or k))
+            return out
+        block, notes = value
+        if notes is None:
+            if block is not None:
+                if len(ws) == len(node.workers):
+                    for dst, off, nbytes, dtype, shape in node.copies:
+                        dst[...] = block[off : off + nbytes].view(dtype).reshape(shape)
+                else:
+                    for i in ws:
+                        self._copy_worker(node, block, self.workers[i])
+            return [Reply(i, "ok") for i in ws]
+        for j, k, failures, result, detail in notes:
+            i = node.workers[j]
+            if k == "ok" and block is not None:
+                self._copy_worker(node, block, self.workers[i])
+            out.append(Reply(i, k, failures, result, detail))
+        return out
 
-    def _plan(self, w: Worker, offsets: dict[str, int]) -> list:
-        """``(destination view, source offset, nbytes, dtype, shape)`` per field of ``w``."""
+    def _node_plan(self, node: _Node, offsets: dict[str, int]) -> list:
+        """``(destination, offset, nbytes, dtype, shape)`` per field, for the whole actor."""
         plan = []
+        n = self.n
         for name in self.fields:
             whole = getattr(self.bufs, name)
-            dst = whole[w.first : w.first + w.count] if name in SIM_FIELDS else whole[w.rows]
+            unit = 1 if name in SIM_FIELDS else n
+            dst = whole[node.first * unit : (node.first + node.count) * unit]
             plan.append((dst, offsets[name], dst.nbytes, dst.dtype, dst.shape))
         return plan
 
+    def _copy_worker(self, node: _Node, block: np.ndarray, w: Worker) -> None:
+        """Copy worker ``w``'s rows (only) out of its actor's reply."""
+        lo = w.first - node.first
+        for dst, off, nbytes, dtype, shape in node.copies:
+            unit = shape[0] // node.count
+            src = block[off : off + nbytes].view(dtype).reshape(shape)
+            dst[lo * unit : (lo + w.count) * unit] = src[lo * unit : (lo + w.count) * unit]
+
     def stop(self, w: Worker) -> None:
-        a: _Actor | None = w.handle
-        if a is None:
+        slot: _Slot | None = w.handle
+        if slot is None:
             return
-        kill_actors(self.ray, [a.handle])
-        self.handles[:] = [h for h in self.handles if h is not a.handle]
+        node = self.nodes[slot.node]
+        waiting = (any(w.index in ws for _, ws, _ in node.inflight.values())
+                   or w.index in (node.sock_ws or ()))
+        if node.handle is not None and slot.generation == node.generation and (
+            node.lost or waiting
+        ):
+            self._kill_actor(node)  # dead, or silent with the worker's call in flight
         w.handle = None
 
+    def _kill_actor(self, node: _Node) -> None:
+        kill_actors(self.ray, [node.handle])
+        self.handles[:] = [h for h in self.handles if h is not node.handle]
+        lost = [ws for _, ws, _ in node.inflight.values()] + [node.sock_ws or []]
+        for ws in lost:  # calls that will never answer
+            self.early += [Reply(i, "died", detail=f" (its {self.actor_word} was killed)")
+                           for i in ws if self.workers[i].busy]
+        if node.sock is not None:
+            node.sock.close()
+        node.sock, node.sock_ws = None, None
+        node.handle = None
+        node.inflight.clear()
+        node.command, node.pending, node.launches = None, {}, {}
+
     def close(self) -> None:
+        for node in self.nodes:
+            if node.sock is not None:
+                node.sock.close()
+                node.sock = None
         if any(w.busy for w in self.workers):
             self.close_timeout[0] = 0.0  # a hung actor is not worth waiting for
         self.finalizer()
 
     def describe(self, w: Worker) -> str:
-        a: _Actor | None = w.handle
-        where = "not started"
-        if a is not None and a.node is not None:
-            where = f"pid {a.pid} on {a.node[0]}"
+        node = self.nodes[self.node_of[w.index]]
+        where = f"pid {node.pid} on {node.ip}" if node.pid is not None else "not started"
         return f"ray actor {w.index} ({where}, envs {w.first}..{w.first + w.count - 1})"
 
     def pids(self) -> list[int]:
@@ -375,11 +818,15 @@ class RayTransport(Transport):
                 if w.handle is not None and w.handle.pid is not None]
 
     def actor_pids(self) -> list[int]:
-        return self.pids()
+        return [node.pid for node in self.nodes if node.handle is not None and node.pid]
 
     def worker_nodes(self) -> list[tuple[str, str]]:
-        return [w.handle.node for w in self.workers
-                if w.handle is not None and w.handle.node is not None]
+        out = []
+        for w in self.workers:
+            node = self.nodes[self.node_of[w.index]]
+            if w.handle is not None and node.ip is not None:
+                out.append((node.ip, node.node_id))
+        return out
 
 
 # Options of per_node=True only (None: not given).
@@ -468,9 +915,15 @@ class RayVecEnv(DeszooVecEnv):
             self.boot_timeout = float(opts["boot_timeout"])
         else:
             self.boot_timeout = max(self.timeout, 60.0)
-        self.started_ray = ensure_ray(opts["address"])
+        if not self.per_node:
+            self.started_ray = ensure_ray(opts["address"])
+        return self._ray_transport(opts)
+
+    def _ray_transport(self, opts: dict[str, Any]) -> Transport:
+        """The transport of this mode: one actor per worker."""
         return RayTransport(self.sim_spec, self._workers, self._same_step,
-                            opts["actor_options"], opts["close_timeout"])
+                            opts["actor_options"], opts["close_timeout"],
+                            pool_options={"timeout": self.timeout})
 
     # ---- extras ---------------------------------------------------------------------
     def actor_pids(self) -> list[int]:
