@@ -152,10 +152,12 @@ def test_chaos_with_state(name):
     """jobshop_v0 (small) with state=True under faults: every row's state is the replay's
     env's state()."""
     rep = run_chaos(ChaosConfig(env="jobshop_v0", env_kwargs={"preset": "small"}, state=True,
-                                num_envs=4, steps=80, faults=8, seed=4, raise_rate=0.01,
+                                num_envs=4, steps=80, faults=12, seed=4, raise_rate=0.01,
                                 exit_rate=0.003, segment_steps=20, autoreset_mode="both",
                                 **STATE_RUNS[name]))
     assert rep.ok, explain(rep)
+    # 12 planned: a SIGINT from the thread that lands after the call it was meant for is not
+    # counted (a fast roundrobin run once had 7 of 8)
     assert rep.steps >= 80 and sum(rep.faults.values()) >= 8, explain(rep)
 
 
