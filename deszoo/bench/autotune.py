@@ -121,9 +121,11 @@ def recommend(result: dict, tolerance: float = 0.05) -> dict | None:
     return {"fastest": fastest, "vector": best, "compact": compact, "snippet": snippet(best)}
 
 
-def snippet(row: dict) -> str:
-    """The ``make_vec`` call a row of a vector backend stands for."""
+def snippet(row: dict, extra: str = "") -> str:
+    """The ``make_vec`` call a row of a vector backend stands for (``extra``: more backend
+    options, as ``", spin_us=0"``)."""
     workers = "" if is_in_process(row["mode"]) else f", num_workers={row['num_workers']}"
+    workers += extra
     name = row["scenario"]
     if ":" in name:  # a user's env: make_vec takes the class or factory itself
         module, _, attr = name.partition(":")

@@ -386,14 +386,14 @@ def recommend(result: dict[str, Any]) -> dict[str, Any] | None:
     rr = [r["timesteps_per_s"] for r in rows if r["backend"] == "roundrobin"
           and r["learner"] == best["learner"] and r["num_sims"] == best["num_sims"]
           and r["scenario"] == best["scenario"] and r["preset"] == best["preset"]]
-    opts = "" if best["backend"] == "roundrobin" else f", num_workers={best['num_workers']}"
-    if best.get("spin_us") is not None:
-        opts += f", spin_us={best['spin_us']:g}"
-    snippet = (f"deszoo.vector.make_vec({best['scenario']!r}, num_sims={best['num_sims']}, "
-               f"backend={best['backend']!r}{opts}, env_kwargs={{'preset': {best['preset']!r}}})")
+    from deszoo.bench.autotune import snippet
+
+    spin = "" if best.get("spin_us") is None else f", spin_us={best['spin_us']:g}"
+    call = snippet({"scenario": best["scenario"], "preset": best["preset"], "mode": best["backend"],
+                    "num_envs": best["num_sims"], "num_workers": best["num_workers"]}, spin)
     cores = result["machine"]["usable_cores"]
     return {"best": best, "x_roundrobin": best["timesteps_per_s"] / rr[0] if rr else None,
-            "leaves_core": 0 < best["num_workers"] < cores, "snippet": snippet}
+            "leaves_core": 0 < best["num_workers"] < cores, "snippet": call}
 
 
 def recommendation_lines(rec: dict[str, Any] | None) -> list[str]:
