@@ -117,6 +117,14 @@ def exit_detail(proc: Any) -> str:
     return f" (exit code {code}{signal_note}); its envs were lost"
 
 
+def died(index: int, proc: Any) -> Any:
+    """The reply of worker ``index`` whose process ``proc`` ended (reaped first)."""
+    from deszoo.vector.pool import Reply
+
+    proc.join(1.0)
+    return Reply(index, "died", detail=exit_detail(proc))
+
+
 def end(proc: Any, *conns: Any) -> None:
     """Kill ``proc`` if it still runs, reap it and close it and ``conns``."""
     if proc.is_alive():

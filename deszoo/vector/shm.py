@@ -488,8 +488,7 @@ class ShmTransport(Transport):
                     reply = Reply(w.index, "ok", failures, value)
                 p.kept = (p.expect, reply)
         except (EOFError, OSError):  # it died between its answer and its data
-            p.proc.join(1.0)
-            return Reply(w.index, "died", detail=_procs.exit_detail(p.proc))
+            return _procs.died(w.index, p.proc)
         return reply
 
     def stop(self, w: Worker) -> None:

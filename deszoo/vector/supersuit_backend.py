@@ -360,7 +360,7 @@ class SuperSuitTransport(Transport):
                 continue
             p: _Proc = w.handle
             if p.dead and not p.proc.is_alive():
-                out.append(Reply(w.index, "died", detail=_procs.exit_detail(p.proc)))
+                out.append(_procs.died(w.index, p.proc))
                 continue
             waits[p.pipe] = w
             waits[p.proc.sentinel] = w
@@ -377,14 +377,12 @@ class SuperSuitTransport(Transport):
                 try:
                     item = p.pipe.recv()
                 except (EOFError, OSError):
-                    p.proc.join(1.0)
-                    out.append(Reply(w.index, "died", detail=_procs.exit_detail(p.proc)))
+                    out.append(_procs.died(w.index, p.proc))
                     done.add(w.index)
                     continue
                 out.append(self._receive(w, item))
             else:
-                p.proc.join(1.0)
-                out.append(Reply(w.index, "died", detail=_procs.exit_detail(p.proc)))
+                out.append(_procs.died(w.index, p.proc))
             done.add(w.index)
         return out
 
@@ -403,8 +401,7 @@ class SuperSuitTransport(Transport):
             try:
                 p.pipe.send(p.start)
             except OSError:  # killed just after it sent its count
-                p.proc.join(1.0)
-                return Reply(w.index, "died", detail=_procs.exit_detail(p.proc))
+                return _procs.died(w.index, p.proc)
             return Reply(w.index, "booted")
         if w.state is WorkerState.STEP:
             rows = w.rows
