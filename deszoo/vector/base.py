@@ -594,7 +594,7 @@ class DeszooVecEnv(VectorEnv):
         self._bufs.act[rows] = scratch
         ws = [self._workers[i] for i in self.life.recv_workers]
         with sigint_deferred():  # in flight and SENT, or neither
-            self.pool.drop(self.life.recv_workers)  # the last recv()'s replies, handed on
+            self.pool.forget(self.life.recv_workers)  # the last recv()'s replies, handed on
             self.batch.begin_step(ws, hold=False)
             self.life.recv_workers, self.life.recv_rows = [], None
             self.life.to(State.SENT)

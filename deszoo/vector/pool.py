@@ -485,17 +485,18 @@ class WorkerPool:
         with sigint_deferred():  # every reply handed over, or none
             return {w.index: replies.pop(w.index) for w in ws}
 
-    def forget(self, replies: Sequence[Reply]) -> None:
-        """Replies collected with ``keep`` that are handled now."""
+    def forget(self, replies: Sequence[Reply | int]) -> None:
+        """Replies kept (collected with ``keep``, or by :meth:`collect_first`) that are
+        handled now: the replies, or their workers' indices."""
         for r in replies:
-            self.replies.pop(r.worker, None)
+            self.replies.pop(r if isinstance(r, int) else r.worker, None)
 
     def collect_first(self, k: int) -> list[Reply]:
         """The first ``k`` replies among busy workers, in the order they came (fewer if
         fewer are busy). Each worker counts as hung at its own deadline (:meth:`post`), so
         a hung worker is found even while the others keep answering.
 
-        The replies stay taken (first in :attr:`replies`) until :meth:`drop`: a caller cut
+        The replies stay taken (first in :attr:`replies`) until :meth:`forget`: a caller cut
         short anywhere before it has handed them on loses none, and the next call returns
         them again. (Popped here, a Ctrl-C held off meanwhile was raised as the block that
         popped them ended: their workers, idle and never given a command again, dropped out
@@ -520,11 +521,6 @@ class WorkerPool:
         front = {r.worker: r for r in replies}
         with sigint_deferred():
             self.replies = {**front, **{i: r for i, r in self.replies.items() if i not in front}}
-
-    def drop(self, workers: Sequence[int]) -> None:
-        """The replies of ``workers``, kept since :meth:`collect_first`, are handed on."""
-        for i in workers:
-            self.replies.pop(i, None)
 
     def finish(self) -> list[Reply]:
         """Every reply still due: those of the commands in flight (waited for) and those
