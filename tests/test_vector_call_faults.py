@@ -12,17 +12,13 @@ import numpy as np
 import pytest
 
 from deszoo.errors import WorkerDiedError
+from deszoo.rollouts import legal_last
 from deszoo.vector import make_vec
 from deszoo.vector._host import restart_seed
 from deszoo.vector.base import State
 from deszoo.vector.pool import WorkerPool
 
 SEED = 3
-
-
-def legal_last(mask: np.ndarray) -> np.ndarray:
-    """The highest legal action per row."""
-    return (mask.shape[1] - 1 - mask[:, ::-1].argmax(axis=1)).astype(np.int64)
 
 
 def kill(pid: int) -> None:
@@ -47,6 +43,18 @@ def first_obs(sim: int) -> np.ndarray:
         return obs
     finally:
         ref.close()
+
+
+def three_steps(vec, ref) -> dict:
+    """Reset both vector envs and step them three times with the same actions; the last
+    infos of ``vec``."""
+    _, infos = vec.reset()
+    ref.reset()
+    for _ in range(3):
+        acts = legal_last(infos["action_mask"])
+        _, _, _, _, infos = vec.step(acts)
+        ref.step(acts)
+    return infos
 
 
 def steps_after_the_loss(vec, ref, infos: dict, mode: str) -> None:
@@ -98,12 +106,7 @@ def test_worker_lost_in_a_call_is_reported_by_the_next_step(call, backend, mode,
     ref = make_vec("jobshop_v0", 4, backend="roundrobin", preset="small", seed=SEED,
                    autoreset_mode=mode)
     try:
-        _, infos = vec.reset()
-        ref.reset()
-        for _ in range(3):
-            acts = legal_last(infos["action_mask"])
-            _, _, _, _, infos = vec.step(acts)
-            ref.step(acts)
+        infos = three_steps(vec, ref)
         kill(vec.worker_pids()[0])
         args = {"get_attr": ("possible_agents",), "call": ("possible_agents",),
                 "set_attr": ("render_mode", None)}[call]
@@ -139,12 +142,7 @@ def test_worker_lost_in_a_call_cut_short_is_reported_by_the_next_step(backend, m
             signal.raise_signal(signal.SIGINT)
 
     try:
-        _, infos = vec.reset()
-        ref.reset()
-        for _ in range(3):
-            acts = legal_last(infos["action_mask"])
-            _, _, _, _, infos = vec.step(acts)
-            ref.step(acts)
+        infos = three_steps(vec, ref)
         kill(vec.worker_pids()[0])
         generation = vec.pool.workers[0].generation
         vec.fault_hook = ctrl_c

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from deszoo.errors import WorkerTimeoutError
+from deszoo.rollouts import legal_last
 from deszoo.vector import make_vec
 from deszoo.vector.base import State
 
@@ -23,11 +24,6 @@ BACKENDS = {
     "shm": dict(backend="shm", num_workers=2),
     "supersuit": dict(backend="supersuit", num_workers=2),
 }
-
-
-def last_legal(mask: np.ndarray) -> np.ndarray:
-    """The highest legal action per row: a policy of the row alone."""
-    return (mask.shape[1] - 1 - mask[:, ::-1].argmax(axis=1)).astype(np.int64)
 
 
 class Spammer:
@@ -168,7 +164,7 @@ def test_ctrl_c_in_async_recv_and_send_loses_no_batch(name):
                 rows = infos["env_id"]
                 for e in np.unique(rows // n_agents):
                     seen[int(e)].append(obs[rows // n_agents == e].copy())
-                acts = last_legal(infos["action_mask"])
+                acts = legal_last(infos["action_mask"])
                 while True:
                     try:
                         spam.call(vec.send, acts)
@@ -186,7 +182,7 @@ def test_ctrl_c_in_async_recv_and_send_loses_no_batch(name):
         obs, infos = ref.reset()
         want = [obs.reshape(4, n_agents, -1).copy()]
         for _ in range(max(len(v) for v in seen.values())):
-            obs, _, _, _, infos = ref.step(last_legal(infos["action_mask"]))
+            obs, _, _, _, infos = ref.step(legal_last(infos["action_mask"]))
             want.append(obs.reshape(4, n_agents, -1).copy())
     finally:
         ref.close()
@@ -222,7 +218,7 @@ def test_a_stopped_worker_is_found_in_async_mode(name, on_error):
                 if infos["restarted"].any():
                     found = time.monotonic() - start
             batches += 1
-            vec.send(last_legal(infos["action_mask"]))
+            vec.send(legal_last(infos["action_mask"]))
         assert found is not None, f"{batches} batches in 10 s and no restart"
         assert found < 1.0 + 3.0, found  # the timeout, and the restart's own time
         assert stopped not in vec.worker_pids()
@@ -232,7 +228,7 @@ def test_a_stopped_worker_is_found_in_async_mode(name, on_error):
         while not rows_of_0 and time.monotonic() - start < 10.0:
             _, _, _, _, infos = vec.recv()
             rows_of_0 |= set(infos["env_id"][infos["env_id"] < 2 * vec.agents_per_sim])
-            vec.send(last_legal(infos["action_mask"]))
+            vec.send(legal_last(infos["action_mask"]))
         assert rows_of_0
     finally:
         try:
@@ -272,7 +268,7 @@ def run_after_cut(vec, ref, infos: dict, steps: int = 3) -> dict:
     """``steps`` steps of ``vec`` and ``ref`` with the same actions: equal results, and no
     env restarted. Returns the last infos."""
     for _ in range(steps):
-        acts = last_legal(infos["action_mask"])
+        acts = legal_last(infos["action_mask"])
         obs, rew, _, _, infos = vec.step(acts)
         want = ref.step(acts)
         assert not infos["restarted"].any()
@@ -356,7 +352,7 @@ def test_a_step_whose_hand_out_is_cut_twice_steps_every_env(monkeypatch):
         _, infos = vec.reset()
         ref.reset()
         infos = run_after_cut(vec, ref, infos, steps=2)
-        acts = last_legal(infos["action_mask"])
+        acts = legal_last(infos["action_mask"])
         monkeypatch.setattr(ShmTransport, "_hand_out", cut_between)
         with pytest.raises(KeyboardInterrupt):
             vec.step(acts)
@@ -413,7 +409,7 @@ def test_a_ctrl_c_inside_the_hand_out_barrier_leaves_no_lock_taken():
     try:
         _, infos = vec.reset()
         ref.reset()
-        acts = last_legal(infos["action_mask"])
+        acts = legal_last(infos["action_mask"])
         vec.transport.barrier = CutAfterAcquire()
         try:
             with pytest.raises(KeyboardInterrupt):
