@@ -1,6 +1,4 @@
-"""Vector backends: many SimPy envs sampled as one Gymnasium ``VectorEnv`` over agents.
-
-Example::
+"""Vector backends: many SimPy envs sampled as one Gymnasium ``VectorEnv`` over agents::
 
     from deszoo.vector import make_vec
 
@@ -10,12 +8,8 @@ Example::
     obs, rew, term, trunc, infos = vec.step(actions)  # int array, shape (vec.num_envs,)
     vec.close()
 
-Backends: ``roundrobin`` (one process), ``supersuit`` (SuperSuit's multiprocess
-vectorization, seeded correctly), ``shm`` (our shared-memory workers, sync or async) and
-``ray`` (Ray actors, on one machine or a cluster; with ``per_node=True`` one actor per node,
-each running a ``shm`` pool of its cores; ``pip install 'deszoo[ray]'``).
-Every backend returns bit-identical results for the same seed and actions. See
-``docs/vector.md``.
+Backends ``roundrobin``, ``supersuit``, ``shm`` and ``ray`` return bit-identical results
+for the same seed and actions; see ``docs/vector.md``.
 """
 
 from __future__ import annotations
@@ -26,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gymnasium import spaces
+from gymnasium.vector.utils import CloudpickleWrapper
 
 from deszoo.core.arrays import is_array_env
 from deszoo.core.config import check_seed
@@ -66,8 +61,7 @@ BACKENDS: dict[str, type[DeszooVecEnv]] = _backends()
 
 
 def register_backend(name: str, cls: type[DeszooVecEnv]) -> None:
-    """Add a backend under ``name``: a subclass of :class:`DeszooVecEnv` that declares its
-    options (``options``) and builds its transport (``_transport``)."""
+    """Add a backend: a :class:`DeszooVecEnv` subclass (see ``docs/vector.md``)."""
     if not (isinstance(cls, type) and issubclass(cls, DeszooVecEnv)):
         raise ConfigError(f"register_backend({name!r}, {cls!r}): not a DeszooVecEnv subclass")
     BACKENDS[name] = cls
@@ -82,26 +76,6 @@ def option_names() -> dict[str, list[str]]:
     return out
 
 
-class _Pickled:
-    """A user factory that pickles with cloudpickle, so lambdas work under ``spawn``."""
-
-    def __init__(self, fn: Callable[[], Any]):
-        self.fn = fn
-
-    def __call__(self) -> Any:
-        return self.fn()
-
-    def __getstate__(self):
-        import cloudpickle
-
-        return cloudpickle.dumps(self.fn)
-
-    def __setstate__(self, state):
-        import pickle
-
-        self.fn = pickle.loads(state)
-
-
 def _spec(env: str | Callable[[], Any], num_sims: int, env_kwargs: dict) -> VecSpec:
     from deszoo import registry
 
@@ -114,7 +88,7 @@ def _spec(env: str | Callable[[], Any], num_sims: int, env_kwargs: dict) -> VecS
                 f"make_vec got a factory and keyword arguments {sorted(env_kwargs)}; a factory "
                 "takes no arguments (bind them with functools.partial)"
             )
-        factory = _Pickled(env)
+        factory = CloudpickleWrapper(env)  # lambdas work under spawn
     else:
         raise ConfigError(f"env must be a registered name or a zero-argument factory, got {env!r}")
     num_sims = plain(num_sims)

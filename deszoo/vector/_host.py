@@ -1,17 +1,6 @@
-"""What every backend runs next to the envs: the buffer layout, a group of envs, and the
-commands a worker understands.
-
-A :class:`EnvGroup` owns a few consecutive envs and runs commands on them in place,
-writing their results into views of the batch buffers (rows ``[first * n, (first +
-count) * n)``). The round-robin backend runs one group with every env in the parent, each
-``shm`` worker and each Ray actor runs one group, and the ``supersuit`` backend runs one
-group per env inside SuperSuit's workers. One code path for all of them is what makes
-them bit-identical.
-
-Commands (:meth:`EnvGroup.run`): ``"step"`` (actions in ``bufs.act``), ``"reset"`` (a
-seed per env, and which envs to reset), ``"call"`` (get, set or call an attribute of
-some envs), ``"rebuild"`` (replace failed envs by fresh ones). Each answers ``(failures,
-value)``; env exceptions never escape a group.
+"""What every worker runs beside its envs: the buffer layout and :class:`EnvGroup`, a few
+consecutive envs that run commands in place, writing into their rows of the batch buffers.
+Every backend steps its envs through this one path, which makes them bit-identical.
 """
 
 from __future__ import annotations
@@ -32,8 +21,7 @@ from deszoo.errors import InvalidActionError, MissingActionError, UnknownAgentEr
 
 __all__ = ["Layout", "Buffers", "EnvGroup", "EnvFailure", "restart_seed", "GC_YOUNG"]
 
-# Per-row fields, in the order they are laid out in memory: name, trailing shape key, dtype
-# (None: the env's action shape and dtype). The env's own arrays (core/arrays.py) first.
+# Per-row fields in memory order: name, trailing shape key, dtype (None: the action's).
 ROW_FIELDS: tuple[tuple[str, str, Any], ...] = (
     *((name, trailing, dtype) for name, dtype, trailing in AGENT_ARRAYS.values()),
     ("final_obs", "d", np.float32),
@@ -41,13 +29,11 @@ ROW_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("final", "", np.bool_),
     ("final_count", "", np.int32),
 )
-# Per-env fields: the clock, the SimPy events processed since the vector env was built, and
-# the clock when the last episode ended (same-step mode's final_info).
+# Per-env fields: the clock, SimPy events so far, the clock when the last episode ended.
 SIM_FIELDS: tuple[tuple[str, Any], ...] = (
     ("sim_time", np.float64), ("events", np.int64), ("final_time", np.float64),
 )
-# Per-env rows of the global state (``make_vec(..., state=True)``; 0 wide when off): after
-# the last step or reset, and (same-step mode) when the last episode ended.
+# Per-env global state (``state=True``; 0 wide when off): now, and at the last episode end.
 STATE_FIELDS = ("state", "final_state")
 # The env attribute each adopted row buffer replaces.
 ENV_ATTRS = {name: attr for attr, (name, _, _) in AGENT_ARRAYS.items()}
@@ -61,9 +47,7 @@ INPUT_ERRORS = (InvalidActionError, MissingActionError, UnknownAgentError)
 
 @dataclass(frozen=True)
 class Layout:
-    """Shapes of the batch buffers: ``num_sims`` envs of ``n_agents`` agents each, padded
-    rows (see :mod:`deszoo.core.groups`): ``obs_dim`` floats, ``mask_dim`` mask entries,
-    actions of shape ``act_shape`` and type ``act_dtype`` per row."""
+    """Shapes of the batch buffers: ``num_sims`` envs of ``n_agents`` padded rows each."""
 
     num_sims: int
     n_agents: int
@@ -94,11 +78,8 @@ class Layout:
 
 
 class Buffers:
-    """Numpy views of the batch buffers, over ``memory`` (shared) or fresh private memory.
-
-    ``fresh=True`` (the owner, once) gives every row the no-op mask of a dead row. A
-    worker attaching to shared memory passes ``fresh=False`` and writes only its own rows.
-    """
+    """Numpy views of the batch buffers over ``memory`` (shared) or private memory;
+    ``fresh`` (the owner, once) gives every row a dead row's no-op mask."""
 
     def __init__(self, layout: Layout, memory: Any = None, fresh: bool = True):
         self.layout = layout
@@ -136,11 +117,8 @@ class Buffers:
 
 @dataclass
 class EnvFailure:
-    """An exception raised by env ``env_index`` inside a group (picklable summary).
-
-    ``intact``: the env raised before it changed anything (bad input, e.g. a masked-out
-    action in strict mode), so it can go on; otherwise it is rebuilt.
-    """
+    """An env's exception (picklable); ``intact``: raised before it changed anything
+    (bad input), so the env goes on; otherwise it is rebuilt."""
 
     env_index: int
     error_type: str
@@ -151,10 +129,8 @@ class EnvFailure:
 
 @dataclass(frozen=True)
 class Call:
-    """``"call"`` command: ``kind`` is ``"get"``, ``"set"`` or ``"call"``.
-
-    ``values`` (for ``"set"``) has one value per env of ``sims``.
-    """
+    """A ``"call"`` command: ``kind`` ``"get"``, ``"set"`` (``values``: one per env of
+    ``sims``) or ``"call"``."""
 
     kind: str
     name: str
@@ -172,18 +148,15 @@ def restart_seed(seed: int | None, restarts: int) -> int | None:
     return int(state.generate_state(1, np.uint32)[0])
 
 
-# The GC policy for the envs a process holds. Python's cyclic GC walks every young object at
-# each young collection; with several large envs stepped in turn, what one env's step
-# allocated is still young when another's triggers a collection. While any EnvGroup is
-# open in a process, the young generation's threshold is at least GC_YOUNG (the caller's is
-# restored when the last one closes). Measured on traffic_v0 large, 8 envs stepped in turn:
-# 4,490 -> 3,560 us per env step; warehouse_v0 small, 160k steps: 54 -> 57 MB peak RSS.
+# While any EnvGroup is open in a process, the young GC threshold is at least this (the
+# caller's is restored after): with envs stepped in turn, one env's young objects were
+# walked at every other's collection. traffic_v0 large, 8 envs: 4,490 -> 3,560 us per env
+# step; warehouse_v0 small, 160k steps: 54 -> 57 MB peak RSS.
 GC_YOUNG = 20_000
 
 
 class GcHold:
-    """Who holds the raised young threshold in this process (envs held by vector envs), and
-    the caller's threshold to give back when the last one lets go."""
+    """Holders of the raised threshold, and the caller's to give back after the last."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -214,12 +187,11 @@ class EnvGroup:
     """Envs ``first .. first + count - 1`` of a vector env, run in place.
 
     Args:
-        factory: zero-argument callable that builds one env.
-        bufs: the batch buffers (the group touches only its own rows).
-        first: index of the group's first env.
-        count: number of envs in the group.
-        reset_seeds: if given, each env starts as "needs reset" and its next (auto)reset
-            uses this seed (used when a failed worker is rebuilt).
+        factory: builds one env.
+        bufs: the batch buffers (the group writes only its own rows).
+        first: index of the first env.
+        count: number of envs.
+        reset_seeds: if given, each env starts needing a reset with its seed (a replacement).
     """
 
     def __init__(
@@ -253,8 +225,7 @@ class EnvGroup:
         # Attributes set with a "set" call, re-applied to an env that is rebuilt.
         self.attrs: list[dict[str, Any]] = [{} for _ in range(count)]
         GC_HOLD.hold()
-        # Released by close(), or when the group is collected without one (a leaked vector
-        # env must not keep the raised threshold for the life of the process).
+        # Released by close(), or when a leaked group is collected.
         self._release_gc = weakref.finalize(self, GC_HOLD.release)
 
     @staticmethod
@@ -274,7 +245,8 @@ class EnvGroup:
 
     # ---- commands ---------------------------------------------------------------------
     def run(self, command: str, payload: Any = None) -> tuple[list[EnvFailure], Any]:
-        """Run one command; return ``(failures, value)``."""
+        """Run ``"step"``, ``"reset"``, ``"call"`` or ``"rebuild"``; ``(failures, value)``.
+        Env exceptions never escape."""
         if command == "step":
             return self.step(bool(payload)), None
         if command == "reset":
@@ -318,13 +290,9 @@ class EnvGroup:
         return failures
 
     def step(self, same_step: bool = False) -> list[EnvFailure]:
-        """Step every env with the actions in ``bufs.act``; autoreset finished envs.
-
-        ``same_step=False`` (Gymnasium's next-step mode): an env whose episode ended on
-        the previous step is reset instead of stepped (its actions are ignored) and
-        reports reward 0 and no termination. ``same_step=True``: an env whose episode ends
-        now is reset at once; its final observation goes to ``bufs.final_obs``.
-        """
+        """Step every env with ``bufs.act``; autoreset ended envs: next step (an ended
+        env is reset instead of stepped) or ``same_step`` (reset at once, its final
+        observation in ``bufs.final_obs``)."""
         bufs = self.bufs
         acts = self.acts
         n = self.n

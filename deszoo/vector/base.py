@@ -1,23 +1,7 @@
-"""The Gymnasium face every vector backend shares (a Gymnasium 1.x ``VectorEnv`` over
-agents): the lifecycle's state machine, batch input and output, autoreset and faults, over a
-:class:`~deszoo.vector.pool.WorkerPool`.
-
-Rows are env-major, agent-minor: row ``r`` is agent ``r % n`` of env ``r // n`` (``n``
-agents per env), as SuperSuit's ``pettingzoo_env_to_vec_env_v1`` lays them out. See
-``docs/vector.md`` for the semantics (seeding, autoreset, dead agents, faults, Ctrl-C).
-
-* :class:`State` and :data:`NEXT`: where a vector env is and where it may go from there.
-  :class:`DeszooVecEnv` changes state only through ``_to``, which checks the table (the
-  sync step inlines two of its moves), and checks what a call may do in each state in one
-  place (``_enter``).
-* The pool (:mod:`deszoo.vector.pool`) hands commands to the workers through the
-  backend's :class:`~deszoo.vector.pool.Transport` and takes their replies; each worker
-  hosts an :class:`~deszoo.vector._host.EnvGroup` of consecutive envs and writes its results
-  into :class:`~deszoo.vector._host.Buffers` (shared memory for ``shm``; copied there from
-  the replies for ``ray`` and ``supersuit``).
-
-A backend is a subclass of :class:`DeszooVecEnv` that declares its options
-(:mod:`deszoo.vector.options`) and builds its transport (``_transport``).
+"""The Gymnasium face every backend shares: a ``VectorEnv`` over agents (rows env-major,
+agent-minor), its :class:`Lifecycle` (:class:`State`, :data:`NEXT`), batch I/O, autoreset
+and faults, over a :class:`~deszoo.vector.pool.WorkerPool`. A backend is a subclass that
+declares its options and builds its transport. Semantics: ``docs/vector.md``.
 """
 
 from __future__ import annotations
@@ -67,8 +51,6 @@ __all__ = ["COMMON_OPTIONS", "NEXT", "DeszooVecEnv", "State", "VecSpec", "step_s
 log = logging.getLogger("deszoo.vector")
 
 _AUTORESET = ("NextStep", "SameStep", "Disabled")
-
-# The options every backend takes (each backend declares its own besides).
 
 
 @rule(("batch_size", "num_workers", "num_sims"), "batch_size at most num_sims; below it "
@@ -165,8 +147,8 @@ class State(enum.Enum):
 
 
 _S = State
-# Every transition there is. INTERRUPTED goes back to where the cut-short call started,
-# once the next call has finished the commands it left in flight.
+# INTERRUPTED goes back to where the cut-short call started once the next call has
+# finished what it left in flight.
 NEXT: dict[State, frozenset[State]] = {
     _S.NEEDS_RESET: frozenset({_S.READY, _S.SENT, _S.INTERRUPTED, _S.FAILED, _S.CLOSED}),
     _S.READY: frozenset({_S.SENT, _S.INTERRUPTED, _S.FAILED, _S.CLOSED}),
@@ -188,24 +170,19 @@ def step_seconds(infos: dict[str, Any], clock: np.ndarray) -> np.ndarray:
     return np.where(infos["restarted"], 0.0, np.maximum(end - clock, 0.0))
 
 
-# Hot-path shortcut: enum members as module constants (reading one through its class
-# costs about a microsecond).
+# Hot-path shortcut: enum members as module constants (read through the class, ~1 us).
 _READY = State.READY
 _INTERRUPTED = State.INTERRUPTED
 _RECEIVED = State.RECEIVED
 
 
-
-
 class Lifecycle:
-    """Where a vector env is (:class:`State`, :data:`NEXT`), what a call may do there, and
-    the finishing of calls that were cut short. Every change of state goes through
-    :meth:`to` (the sync step inlines two of its moves, ``recv`` one).
+    """Where a vector env is, what a call may do there, and the finishing of calls cut
+    short. State changes go through :meth:`to` (the sync step and ``recv`` inline theirs).
 
     Attributes:
         state, resume: the state, and where INTERRUPTED goes back to.
-        command: the command of the sync call in flight (``"step"``, ``"reset"`` or
-            ``"call"``): a call cut short is finished as what it was (:meth:`settle`).
+        command: the sync call in flight (a call cut short is finished as what it was).
         recv_workers, recv_rows: RECEIVED: the workers and rows of the last ``recv()``.
     """
 
@@ -228,9 +205,8 @@ class Lifecycle:
         self.state = new
 
     def enter(self, call: str) -> None:
-        """May ``call`` (``"step"``, ``"recv"``, ``"send"``, ``"reset"``, ``"call"``) run
-        now? Raises if not; first finishes what a cut-short call left in flight and, before
-        a reset or a call, the steps async mode has in flight (their results dropped)."""
+        """Raise if ``call`` may not run now; first finish what a cut-short call left in
+        flight and, before a reset or call, async mode's steps in flight."""
         state = self.state
         if state is State.CLOSED:
             raise ClosedEnvironmentError(f"{self.backend} vector env is closed")
@@ -265,19 +241,15 @@ class Lifecycle:
             raise NoAsyncCallError("send() without a preceding recv(); call recv() first", "send")
 
     def calling(self, command: str) -> None:
-        """A call hands out ``command`` (``"step"``, ``"reset"``, ``"call"``): until it has
-        taken every reply the state is INTERRUPTED, so a call cut short anywhere in between
-        (Ctrl-C) leaves it there and the next call finishes the commands in flight. (Set
-        before the hand-out, not when the KeyboardInterrupt is caught: a second one could
-        land in the handler.)"""
+        """A call hands out ``command``: INTERRUPTED until every reply is taken, so a call
+        cut short (Ctrl-C) leaves it there. Set before the hand-out, not in an ``except``
+        (a second Ctrl-C could land there)."""
         self.resume = self.state
         self.command = command
         self.to(State.INTERRUPTED)
 
     def settle(self) -> None:
-        """Finish a call that was cut short: its results dropped, its faults handled as
-        that call handles them (a worker lost in a cut-short ``call`` is reported by the
-        next step's rows, as one lost in a ``call`` that ran to its end)."""
+        """Finish a call cut short: results dropped, faults handled as that call would."""
         if self.hook is not None:
             self.hook("settle")
         self.finish_in_flight("after an interrupted call", self.command)
@@ -285,8 +257,7 @@ class Lifecycle:
         self.to(self.resume)
 
     def drain(self) -> None:
-        """Async mode: wait for the steps in flight and drop them (before a reset or call).
-        Their faults are handled (and logged) as usual."""
+        """Async mode: wait for the steps in flight and drop them; faults are logged."""
         self.finish_in_flight("while draining steps in flight", "step")
 
     def finish_in_flight(self, why: str, command: str) -> None:
@@ -305,10 +276,8 @@ class Lifecycle:
 
 
 class DeszooVecEnv(VectorEnv):
-    """Base class of the backends: the lifecycle, spaces, seeding, checks, faults.
-
-    A backend sets :attr:`backend`, declares :attr:`options` and implements
-    :meth:`_transport`; :meth:`build` may pick a subclass or resolve the worker count.
+    """Base class of the backends. A backend sets :attr:`backend`, declares
+    :attr:`options` and implements :meth:`_transport` (:meth:`build` may resolve workers).
 
     Attributes:
         num_envs: rows (``num_sims * agents_per_sim``), as Gymnasium counts sub-envs.
@@ -345,8 +314,7 @@ class DeszooVecEnv(VectorEnv):
 
     @classmethod
     def workers_for(cls, spec: VecSpec, num_workers: int | None) -> int:
-        """``num_workers`` checked against the envs, or the usable cores, at most one per
-        env."""
+        """``num_workers`` checked, or the usable cores (at most one per env)."""
         return resolve_workers(cls.backend, spec.num_sims, num_workers, usable_cores())
 
     def __init__(self, spec: VecSpec, seed: int | None, opts: dict[str, Any]):
@@ -429,8 +397,7 @@ class DeszooVecEnv(VectorEnv):
 
     @property
     def fault_hook(self) -> Callable[[str], None] | None:
-        """Called with the name of each :data:`FAULT_POINTS` entry a call passes (for fault
-        injection in tests); ``None`` (the default) costs nothing."""
+        """Called with each :data:`FAULT_POINTS` name a call passes; ``None`` costs nothing."""
         return self._hook
 
     @fault_hook.setter
@@ -714,6 +681,3 @@ class DeszooVecEnv(VectorEnv):
             f"({self.num_envs} rows), {self.life.state.value}>"
         )
 
-    # ---- seeding --------------------------------------------------------------------
-    # ---- checks ---------------------------------------------------------------------
-    # ---- results --------------------------------------------------------------------

@@ -1,9 +1,4 @@
-"""A vector env's batch: actions in, results out, over the buffers every backend shares.
-
-:class:`Batch` checks actions before they reach a worker, builds Gymnasium's
-``(obs, rew, term, trunc, infos)`` from :class:`~deszoo.vector._host.Buffers` (copies or
-views), and marks the rows of envs restarted after a fault. It knows nothing of workers.
-"""
+"""A vector env's rows: actions checked in, Gymnasium's results out, restarts marked."""
 
 from __future__ import annotations
 
@@ -21,18 +16,12 @@ __all__ = ["Batch"]
 
 
 class Batch:
-    """The rows of a vector env: ``num_sims`` envs of ``n`` agents each, env-major.
-
-    Args:
-        spec: the vector env's :class:`~deszoo.vector.base.VecSpec`.
-        bufs: the batch buffers (the transport's).
-        copy: results are copies (``True``) or views of the buffers.
-        same_step: Gymnasium's ``SameStep`` autoreset (final observations in the infos).
+    """The rows of ``num_sims`` envs of ``n`` agents each, env-major, over ``bufs``.
 
     Attributes:
-        restarted: per row, whether its env was rebuilt after a fault (for one step).
-        any_restarted: whether ``restarted`` has a ``True`` (hot-path shortcut).
-        hook: the vector env's fault hook (``"marked"``, ``"after"``), or ``None``.
+        restarted: per row, its env was rebuilt after a fault (for one step).
+        any_restarted: ``restarted.any()`` (hot-path shortcut).
+        held: per row, rebuilt outside a step; the next step reports it.
     """
 
     def __init__(self, spec: Any, bufs: Buffers, copy: bool, same_step: bool):
@@ -53,15 +42,13 @@ class Batch:
         self.kind = np.tile(rows.kind, self.num_sims)  # each row's kind (group index)
         self.row_sim = np.repeat(np.arange(self.num_sims), n)
         self.restarted = np.zeros(self.num_rows, dtype=bool)
-        # Per row: restarted outside a step (a worker lost in a call), reported by the next.
         self.held = np.zeros(self.num_rows, dtype=bool)
         self.any_restarted = False
         self.hook: Callable[[str], None] | None = None
 
     # ---- actions --------------------------------------------------------------------
     def check_actions(self, actions: Any, out: np.ndarray, rows: Any = None) -> None:
-        """Validate ``actions`` and write them into ``out``, before any send (``rows``: the
-        rows they are for, all by default)."""
+        """Check ``actions`` (for ``rows``, default all) and write them into ``out``."""
         if isinstance(actions, np.ndarray):
             a = actions
         else:
@@ -184,13 +171,9 @@ class Batch:
         return obs, take(bufs.rew), take(bufs.term), take(bufs.trunc), infos
 
     def mark_restarted(self, sims: Sequence[int], reset_now: bool, held: bool = False) -> None:
-        """Report the episodes of rebuilt envs ``sims`` as truncated.
-
-        ``reset_now`` (same-step mode, resets): the rows already show the new episode;
-        else they are dead until the next step starts it. ``held``: the envs were rebuilt
-        outside a step (a call), whose results have no rows: the next step reports them as
-        if they had been rebuilt in it (see :meth:`begin_step`).
-        """
+        """Report the episodes of rebuilt envs ``sims`` as truncated; their rows show the
+        new episode (``reset_now``) or are dead until the next step. ``held``: rebuilt
+        outside a step, reported by the next (:meth:`begin_step`)."""
         if self.hook is not None:
             self.hook("marked")
         bufs, n = self.bufs, self.n
@@ -213,12 +196,9 @@ class Batch:
         self.any_restarted = True
 
     def begin_step(self, ws: Sequence[Any], hold: bool = True) -> list[Any]:
-        """Restart flags last one step: clear those of ``ws``'s rows; return the workers
-        that step. With ``hold`` (a sync step), a worker whose envs were all rebuilt outside
-        a step (:meth:`mark_restarted` ``held``) sits this step out instead: its rows keep
-        reporting the restart, its actions are ignored, and its envs start their new
-        episode on the next step (SameStep: they show it already), as if the fault had
-        struck this step."""
+        """Clear the restart flags of ``ws``'s rows; return the workers that step. With
+        ``hold`` (a sync step) a worker whose envs were all rebuilt outside a step sits it
+        out instead: its rows report the restart, as if the fault had struck this step."""
         out = []
         for w in ws:
             rows = w.rows
@@ -234,7 +214,7 @@ class Batch:
         return out
 
     def clear_restarted(self, rows: Any = None) -> None:
-        """A reset: the rows ``rows`` (all by default) are no longer restarted ones."""
+        """A reset of ``rows`` (default all) clears their restart flags."""
         rows = slice(None) if rows is None else rows
         self.restarted[rows] = False
         self.held[rows] = False

@@ -1,10 +1,5 @@
-"""Faults of a vector env: what a failed reply costs and how it is repaired.
-
-:class:`Faults` repairs what replies report (a dead or hung worker is replaced, an env that
-raised is rebuilt in its worker; their rows report a truncation with
-``infos["restarted"]``), then raises or logs the errors as ``on_error`` says. It also keeps
-each env's seed, from which restarted envs draw theirs.
-"""
+"""Faults of a vector env: repairs, then the errors raised or logged (``on_error``), and
+each env's seed, from which restarted envs draw theirs."""
 
 from __future__ import annotations
 
@@ -97,13 +92,8 @@ class Faults:
         return restart_seed(self.sim_seeds[sim], int(self.restarts[sim]))
 
     def handle(self, replies: Sequence[Reply], command: str) -> list[Exception]:
-        """Repair what failed in ``replies``; return the errors to report.
-
-        Every fault is handled the same way whatever ``on_error`` says (which only
-        decides whether the error is raised or logged): a dead or hung worker is replaced
-        and its envs restart; an env that raised (not bad input) is rebuilt in its
-        worker. Their rows report a truncation with ``infos["restarted"]``.
-        """
+        """Repair what failed in ``replies`` (a lost worker replaced, an env that raised
+        rebuilt; their rows truncated and ``restarted``); return the errors."""
         if self.hook is not None:
             self.hook("handle")
         errors: list[Exception] = []
@@ -151,10 +141,9 @@ class Faults:
 
     def report(self, replies: Sequence[Reply], command: str,
                settled: Callable[[], None] | None = None) -> None:
-        """Handle faults, then raise (bad input always; faults with ``on_error="raise"``)
-        or log them. A raised error carries the call's results in ``.results``.
-        ``settled`` runs once the faults are handled, in the same stretch without Ctrl-C
-        (the caller drops the replies it kept and leaves INTERRUPTED there)."""
+        """Handle faults, then raise (bad input always; faults with ``on_error="raise"``,
+        the call's results in ``.results``) or log them. ``settled`` runs once they are
+        handled, with Ctrl-C still held off."""
         for r in replies:
             if r.kind != "ok" or r.failures:
                 break
@@ -162,9 +151,7 @@ class Faults:
             if settled is not None:
                 settled()
             return
-        # Ctrl-C waits for the repairs: cut short, the faults not yet reached were lost (an
-        # env that raised neither rebuilt nor reported), and a worker being replaced was
-        # left for the next call to replace again.
+        # Ctrl-C waits for the repairs: cut short, faults not yet reached were lost.
         with sigint_deferred():
             self.pool.forget(replies)  # (kept by the caller until now; a repair collects anew)
             errors = self.handle(replies, command)
@@ -205,8 +192,8 @@ class Faults:
         )
 
     def call_error(self, failures: Sequence[EnvFailure]) -> Exception:
-        """The error of a ``call`` that envs refused (no such attribute, a bad value): the
-        first env's own exception type where it is a standard or deszoo one."""
+        """A refused ``call``'s error, of the first env's own type where it is a standard
+        or deszoo one."""
         f = min(failures, key=lambda f: f.env_index)
         cls = _CALL_ERRORS.get(f.error_type)
         if cls is not None:

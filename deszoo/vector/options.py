@@ -1,25 +1,7 @@
-"""Backend options, declared once: name, default, what is accepted, and a description.
-
-An option is a named :class:`~deszoo.core.params.Param`, the type scenario parameters are
-declared with, checked by the same checks (:func:`~deszoo.core.params.integer`,
-:func:`~deszoo.core.params.real`, :func:`~deszoo.core.params.choice`, ...)::
-
-    option("timeout", 60.0, SECONDS, "seconds to wait for a worker before it counts as hung")
-
-Each backend lists its own (:attr:`DeszooVecEnv.options <deszoo.vector.base.DeszooVecEnv>`)
-besides the options every backend takes (:data:`deszoo.vector.base.COMMON_OPTIONS`);
-:func:`deszoo.vector.make_vec` checks what it is given against those declarations, so a
-new backend needs no change there. A wrong value is a ``ConfigError`` that names the
-option, the value and what is accepted; NumPy scalars are accepted and made plain Python
-ones (``np.float32(1.0)`` the float ``1.0``). A check that spans options (``batch_size``
-against the workers) is a :class:`~deszoo.core.params.Rule` declared with the option it
-belongs to (``option(..., rules=(Rule(...),))``); the vector env runs them
-(:func:`check_rules`) once the worker count is known.
-
-Bounds: every number option has one on both sides, so that no value reaches a
-``time.sleep`` or a deadline that overflows or never comes: timeouts are
-:data:`SECONDS` (1 ms to 10**6 s, about 11.6 days), ``close_timeout`` 0 to 10**6 s,
-``spin_us`` 0 to 10**6 us.
+"""Backend options: each a named :class:`~deszoo.core.params.Param` (the type scenario
+parameters use), declared by its backend and checked by :func:`check_options`; checks that
+span options are :class:`~deszoo.core.params.Rule` s beside them. Every number option is
+bounded on both sides, so no value reaches a sleep or deadline that overflows.
 """
 
 from __future__ import annotations
@@ -55,15 +37,13 @@ __all__ = [
     "rule",
 ]
 
-# The shortest and longest timeout an option takes: below a millisecond no worker answers
-# in time (5e-324 s made every reset fail), past 10**6 s a deadline is of no use and
-# large values overflow where they become a C timeout (2**63 did in close()).
+# Timeouts: below 1 ms no worker answers (5e-324 s failed every reset); past 10**6 s a
+# deadline is of no use, and 2**63 overflowed a C timeout in close().
 MIN_SECONDS = 1e-3
 MAX_SECONDS = 1e6
 SECONDS = real(MIN_SECONDS, MAX_SECONDS)
 MAX_SPIN_US = 1e6  # a second of polling: past it a worker might as well sleep
 
-# An option is a named Param (the name this module used before; one type for both).
 Option = Param
 
 
@@ -104,16 +84,13 @@ def option(
     """A backend option: a :class:`~deszoo.core.params.Param` named ``name``.
 
     Args:
-        name: the keyword.
-        default: its value when it is not given.
-        check: a check of :mod:`deszoo.core.params` (``real(1e-3, 1e6)``,
-            ``optional(integer(1))``, ...), or a shorthand for one: ``"int"``,
+        check: a check of :mod:`deszoo.core.params`, or a shorthand: ``"int"``,
             ``"number"``, ``"bool"``, ``"str"``, ``"dict"``, ``"list"`` or ``"choice"``
             (of ``choices``), bounded by ``minimum``/``maximum`` or ``positive``.
         doc: one line for the documentation.
         none: ``None`` is accepted too.
         note: added to what is expected, in parentheses.
-        rules: checks that relate this option to others (see :func:`check_rules`).
+        rules: checks that relate this option to others.
     """
     if isinstance(check, str):
         check = _kind(check, minimum, maximum, positive, choices)
@@ -129,16 +106,9 @@ def check_options(
     declared: Iterable[Param], given: Mapping[str, Any], where: str,
     elsewhere: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
-    """Every declared option's value: the given one, checked (NumPy scalars made plain
-    Python ones), or its default.
-
-    Args:
-        declared: the options the backend takes.
-        given: what the caller passed.
-        where: the call, for messages (``"make_vec(backend='shm')"``).
-        elsewhere: option name -> other backends that take it, to say so when this one
-            does not.
-    """
+    """Every declared option's value: the given one checked (NumPy scalars made plain), or
+    its default. ``where`` names the call in messages; ``elsewhere``: option name -> the
+    backends that take it."""
     table = {o.name: o for o in declared}
     for name in given:
         if name not in table:

@@ -1,18 +1,6 @@
-"""The worker pool: workers, the transport that reaches them, their replies and restarts.
-
-:class:`WorkerPool` is what every backend shares below the Gymnasium face
-(:class:`~deszoo.vector.base.DeszooVecEnv`): it hands commands to workers through a
-:class:`Transport`, takes their :class:`Reply` objects as they come (each worker counts as
-hung at its own deadline), and replaces a worker that died or hung. It knows nothing of
-spaces, actions or autoreset; a Ray node actor runs one over its local ``shm`` workers.
-
-Ctrl-C: :func:`sigint_deferred` holds it off where a batch must not be cut (a hand-out, an
-in-process step, a repair, replies being taken); one that comes meanwhile is raised when the
-block ends. Waits are never held off for longer than :data:`POLL_SLICE`.
-
-:data:`FAULT_POINTS` names the places a fault may strike a call; the face, the pool and the
-transports call ``hook(point)`` there when a hook is set (tests land Ctrl-C there).
-"""
+"""The worker pool: workers, the :class:`Transport` that reaches them, their replies and
+restarts, below the Gymnasium face (:mod:`deszoo.vector.base`). Ctrl-C and fault points:
+``docs/vector.md`` ("Faults", "One lifecycle over a transport")."""
 
 from __future__ import annotations
 
@@ -66,8 +54,7 @@ _MAIN_THREAD = threading.main_thread().ident
 # Ctrl-C held off: [held, a Ctrl-C came meanwhile] (see sigint_deferred).
 _held = [False, False]
 
-# Where a fault may strike a call; the lifecycle and the transports call
-# ``fault_hook(point)`` at each (benchmarks/devkit/chaos_harness.py lands Ctrl-C there).
+# Where a fault may strike a call: ``fault_hook(point)`` is called at each.
 FAULT_POINTS: dict[str, str] = {
     "before": "a step begins: nothing handed out yet",
     "handout": "the first worker has its command, the others not yet (transport)",
@@ -83,18 +70,13 @@ FAULT_POINTS: dict[str, str] = {
 
 
 class sigint_deferred:
-    """``with sigint_deferred():`` holds off Ctrl-C where a batch must not be cut (a
-    half-sent batch, a half-stepped in-process batch, a repair); one that comes meanwhile is
-    raised as ``KeyboardInterrupt`` when the block ends.
+    """``with sigint_deferred():`` holds Ctrl-C off; one that comes meanwhile is raised
+    when the outermost block ends.
 
-    A Python-level handler that records the signal is installed for the block and the old
-    one restored after it: Python runs signal handlers in the main thread whichever thread
-    the OS delivered the signal to, so this holds in a process with other threads (numpy's,
-    a trainer's), where blocking the signal in the main thread alone does not. Blocks nest
-    (the outermost one holds). Outside the main thread it does nothing: Python raises
-    ``KeyboardInterrupt`` only in the main thread. A process that ignores SIGINT keeps
-    ignoring it. (A class calling ``_signal`` directly, not ``contextlib`` and ``signal``:
-    it runs on every in-process step, and their Python wrappers cost frames and time.)
+    A recording handler, not a signal mask: Python runs handlers in the main thread
+    whichever thread the OS picked, so this holds with other threads running. Does nothing
+    outside the main thread or where SIGINT is ignored. Calls ``_signal`` directly: it runs
+    on every in-process step, and ``signal``'s Python wrappers cost frames.
     """
 
     __slots__ = ("_old",)
@@ -127,9 +109,8 @@ def _record(signum: int, frame: Any) -> None:
 
 
 def post_guarded(t: Transport, ws: Sequence[Worker], command: str, payloads: Any) -> None:
-    """``t.post`` such that a Ctrl-C never leaves a batch half handed out: held off, or,
-    for an idempotent transport, the hand-out done again in full before it propagates
-    (:func:`finish_hand_out`)."""
+    """``t.post`` that a Ctrl-C never leaves half done: held off, or for an idempotent
+    transport done again in full (:func:`finish_hand_out`)."""
     if t.idempotent:
         t.handing = (ws, command, payloads)  # (plain stores: no Ctrl-C lands on them)
         try:
@@ -144,15 +125,9 @@ def post_guarded(t: Transport, ws: Sequence[Worker], command: str, payloads: Any
 
 
 def finish_hand_out(t: Transport) -> None:
-    """Hand out in full, with Ctrl-C held off, what an idempotent transport's hand-out cut
-    short by Ctrl-C left undone (``t.handing``; a worker that has its command keeps it).
-
-    Done again without holding Ctrl-C off, the hand-out could be cut a second time (a
-    terminal's Ctrl-C, or a thread's SIGINTs, come in bursts): workers left without their
-    command never stepped (a step half done), and workers left without their arguments
-    waited for them until ``timeout`` and were replaced, their envs restarted for nothing.
-    A Ctrl-C that lands before this holds it off leaves ``t.handing`` set: the next call
-    finishes the hand-out first (:meth:`WorkerPool.finish`)."""
+    """Finish, with Ctrl-C held off (they come in bursts), the hand-out that Ctrl-C cut
+    short (``t.handing``); if one lands before, the next call finishes it
+    (:meth:`WorkerPool.finish`)."""
     with sigint_deferred():
         handing = t.handing
         if handing is not None:
@@ -161,8 +136,8 @@ def finish_hand_out(t: Transport) -> None:
 
 
 class WorkerState(enum.Enum):
-    """What a worker is doing: idle, or the command it was handed and has not answered
-    (``BOOT`` while it starts). The command names are the states' values."""
+    """Idle, or the command in flight (``BOOT`` while it starts); values are command
+    names."""
 
     IDLE = "idle"
     BOOT = "boot"
@@ -175,8 +150,8 @@ class WorkerState(enum.Enum):
 _W = WorkerState
 IDLE = _W.IDLE
 STEP = _W.STEP  # hot-path shortcut (see base._READY)
-# Every transition of a worker: handed a command when idle, idle when its reply is taken
-# (or when it is stopped); a command handed out again (Ctrl-C cut the hand-out) stays.
+# Idle -> a command; a command -> idle when its reply is taken (a hand-out done again
+# keeps the state).
 WORKER_NEXT: dict[WorkerState, frozenset[WorkerState]] = {
     IDLE: frozenset(set(_W) - {IDLE}),
     **{busy: frozenset({IDLE}) for busy in _W if busy is not IDLE},
@@ -185,11 +160,8 @@ WORKER_NEXT: dict[WorkerState, frozenset[WorkerState]] = {
 
 @dataclass
 class Worker:
-    """The parent's record of one worker: its envs, its state, its handle.
-
-    ``state``: see :class:`WorkerState` (changed only by :meth:`to`; the hot sync steps
-    inline ``IDLE -> STEP -> IDLE``); ``handle`` is the transport's (process, actor, ...).
-    """
+    """One worker: its envs, :class:`WorkerState` (changed by :meth:`to`) and the
+    transport's ``handle``."""
 
     index: int
     first: int
@@ -224,11 +196,8 @@ class Worker:
 
 @dataclass
 class Reply:
-    """A worker's answer to its command in flight, or what happened to it instead.
-
-    ``kind``: ``"ok"`` (done; env exceptions, if any, in ``failures``), ``"booted"``,
-    ``"boot_failed"`` (``detail`` has the error), ``"died"`` or ``"hung"``.
-    """
+    """A worker's answer: ``kind`` is ``"ok"`` (env exceptions in ``failures``),
+    ``"booted"``, ``"boot_failed"`` (error in ``detail``), ``"died"`` or ``"hung"``."""
 
     worker: int
     kind: str
@@ -238,52 +207,41 @@ class Reply:
 
 
 class Transport:
-    """How a backend reaches its workers: the whole contract between a backend and
-    :class:`WorkerPool`.
+    """How a backend reaches its workers: the contract with :class:`WorkerPool`.
 
-    The pool marks nothing itself: ``start`` and ``post`` move each worker to the state of
-    its command (:meth:`Worker.to`), ``poll`` reports replies of busy workers (the pool
-    makes a worker ``IDLE`` when it takes its reply). Results go to :attr:`bufs`.
+    ``start`` and ``post`` move each worker to its command's state (:meth:`Worker.to`);
+    the pool makes it ``IDLE`` when it takes its reply. Results go to :attr:`bufs`.
 
     Attributes:
-        bufs: the batch buffers (commands read actions from ``bufs.act``).
-        idempotent: ``post`` and ``poll`` may be cut short by Ctrl-C and called again (a
-            worker is never handed one command twice, a reply read is read again until it
-            is taken); otherwise the lifecycle holds Ctrl-C off around them.
-        handing: an idempotent transport's hand-out in flight, ``(ws, command,
-            payloads)``, until it is done in full (:func:`finish_hand_out`).
-        grace: seconds added to every deadline (a transport whose workers report hung
-            ones themselves).
-        hook: the vector env's fault hook (see :data:`FAULT_POINTS`), or ``None``.
+        bufs: the batch buffers (actions in ``bufs.act``).
+        idempotent: ``post`` and ``poll`` may be cut by Ctrl-C and called again;
+            otherwise the pool holds Ctrl-C off around them.
+        handing: an idempotent transport's hand-out until done in full
+            (:func:`finish_hand_out`).
+        grace: seconds added to every deadline.
+        hook: the fault hook (:data:`FAULT_POINTS`), or ``None``.
     """
 
     bufs: Buffers
     idempotent: bool = False
-    # Idempotent transports: ``(ws, command, payloads)`` of a hand-out not yet done in full
-    # (see finish_hand_out).
     handing: tuple[Sequence[Worker], str, Any] | None = None
     grace: float = 0.0
     hook: Callable[[str], None] | None = None
 
     def start(self, w: Worker, reset_seeds: list | None) -> None:
         """Start worker ``w`` (state ``BOOT``); it answers ``"booted"`` or
-        ``"boot_failed"`` through :meth:`poll`. ``reset_seeds``: its envs start as needing
-        a reset with these seeds (a replacement)."""
+        ``"boot_failed"``. ``reset_seeds``: its envs start needing a reset with these."""
         raise NotImplementedError
 
     def post(self, ws: Sequence[Worker], command: str, payloads: Any) -> None:
-        """Hand ``command`` to each worker of ``ws`` (state ``WorkerState(command)``).
-
-        ``payloads``: one per worker by index (a dict), or one for all. A worker that turns
-        out to be gone is reported by the next :meth:`poll`.
-        """
+        """Hand ``command`` to each worker of ``ws`` (state ``WorkerState(command)``);
+        ``payloads``: a dict by worker index, or one for all. A lost worker is reported by
+        :meth:`poll`."""
         raise NotImplementedError
 
     def poll(self, deadline: float, want: int) -> list[Reply]:
-        """Replies of workers with a command (and their deaths), waiting at most until
-        ``deadline`` for ``want`` of them (a hint: returning as soon as there is one is
-        fine; past the deadline, the replies there are, without waiting). Results are in
-        :attr:`bufs` when a reply is returned."""
+        """Replies (or deaths) of busy workers, waiting at most until ``deadline`` for
+        ``want`` of them (a hint). Results are in :attr:`bufs` when a reply is returned."""
         raise NotImplementedError
 
     def stop(self, w: Worker) -> None:
@@ -295,12 +253,9 @@ class Transport:
         raise NotImplementedError
 
     def step(self, ws: Sequence[Worker], same_step: bool, deadline: float) -> list[Reply] | None:
-        """A sync step of every worker (``ws``): post it and, if the transport can, wait.
-
-        Returns ``None`` when every worker answered ``ok`` with nothing to report (the
-        results in :attr:`bufs`, every worker idle), else the replies it has (possibly
-        none); the lifecycle collects the rest. This default only posts.
-        """
+        """A sync step of ``ws``: ``None`` when every worker answered ``ok`` with nothing
+        to report (all idle again), else the replies it has; the pool collects the rest.
+        This default only posts."""
         post_guarded(self, ws, "step", same_step)
         return []
 
@@ -329,8 +284,7 @@ def usable_cores() -> int:
 
 
 def resolve_workers(backend: str, num_sims: int, num_workers: int | None, default: int) -> int:
-    """The worker count: ``num_workers`` (checked against the envs) or ``default``, at most
-    one per env."""
+    """``num_workers`` checked against the envs, or ``default`` (at most one per env)."""
     if num_workers is None:
         return max(1, min(default, num_sims))
     if num_workers > num_sims:
@@ -343,21 +297,20 @@ def resolve_workers(backend: str, num_sims: int, num_workers: int | None, defaul
 
 
 class RestartFailed(VectorEnvError):
-    """A worker could not be replaced (its replacement failed to boot, or its envs to
-    reset, :data:`BOOT_ATTEMPTS` times in a row): the pool cannot go on."""
+    """A worker could not be replaced (:data:`BOOT_ATTEMPTS` failed boots in a row)."""
 
 
 class WorkerPool:
     """Workers over a transport: hand out commands, take replies, replace workers.
 
     Args:
-        transport: how the workers are reached (it sets each worker's state and handle).
-        workers: the workers (``transport`` was built over the same list).
-        timeout: seconds a worker may take for a command before it counts as hung.
-        boot_timeout: the same for starting a worker (default: ``max(timeout, 30)``).
+        transport: how the workers are reached (built over ``workers``).
+        workers: the workers.
+        timeout: seconds a command may take before its worker counts as hung.
+        boot_timeout: the same for a start (default ``max(timeout, 30)``).
 
     Attributes:
-        replies: replies taken and not yet handed over, by worker, in the order they came.
+        replies: replies taken and not yet handed over, in the order they came.
     """
 
     def __init__(self, transport: Transport, workers: list[Worker], timeout: float,
@@ -381,8 +334,8 @@ class WorkerPool:
     # ---- starting workers ---------------------------------------------------------------
     def boot(self, ws: Sequence[Worker] | None = None,
              seeds: dict[int, list | None] | None = None) -> dict[int, Reply]:
-        """Start workers ``ws`` (all by default; ``seeds[i]``: worker ``i``'s envs start as
-        needing a reset with these seeds) and wait until each has answered."""
+        """Start workers ``ws`` (default all; ``seeds[i]``: worker ``i``'s reset seeds)
+        and wait for each."""
         ws = self.workers if ws is None else ws
         for w in ws:
             self.start(w, None if seeds is None else seeds.get(w.index))
@@ -400,10 +353,8 @@ class WorkerPool:
             self.hook("restart")
 
     def restart(self, w: Worker, seeds: list, reset_now: bool) -> None:
-        """Replace worker ``w`` by a fresh one whose envs start with ``seeds`` (reset at
-        once with ``reset_now``). A replacement that fails to boot, or dies or hangs before
-        its envs are reset, is replaced in turn; :class:`RestartFailed` after
-        :data:`BOOT_ATTEMPTS` in a row."""
+        """Replace worker ``w``; its envs start with ``seeds`` (reset at once with
+        ``reset_now``). Tried :data:`BOOT_ATTEMPTS` times, then :class:`RestartFailed`."""
         for attempt in range(1, BOOT_ATTEMPTS + 1):
             log.warning("restarting %s", self.describe(w))
             self.start(w, seeds)
@@ -434,8 +385,7 @@ class WorkerPool:
         return time.monotonic() + limit + self.transport.grace
 
     def post(self, ws: Sequence[Worker], command: str, payloads: Any = None) -> None:
-        """Hand ``command`` to ``ws`` (see :func:`post_guarded`); each worker's deadline
-        runs from now."""
+        """Hand ``command`` to ``ws``; their deadlines run from now."""
         post_guarded(self.transport, ws, command, payloads)
         deadline = self.deadline(ws)
         for w in ws:
@@ -448,27 +398,24 @@ class WorkerPool:
         return self.collect(ws)
 
     def step(self, same_step: bool) -> dict[int, Reply] | None:
-        """A sync step of every worker (actions in ``bufs.act``): ``None`` when every
-        worker answered ``ok`` with nothing to report, else every worker's reply."""
+        """A sync step of every worker: ``None`` when all answered ``ok`` with nothing to
+        report, else every reply."""
         deadline = time.monotonic() + self.timeout + self.transport.grace
         got = self.transport.step(self.workers, same_step, deadline)
         return None if got is None else self.step_replies(got, deadline)
 
     def step_replies(self, got: list[Reply], deadline: float, keep: bool = False,
                      ws: Sequence[Worker] | None = None) -> dict[int, Reply]:
-        """The reply of every worker that stepped (``ws``, by default all) to a sync step
-        whose transport did not report all ``ok`` (``got``: the replies it had); ``keep``:
-        see :meth:`collect`."""
+        """Every reply of a sync step of ``ws`` (default all) that was not all ``ok``
+        (``got``: the transport's replies so far); ``keep``: see :meth:`collect`."""
         for r in got:
             self.take(r)
         return self.collect(self.workers if ws is None else ws, deadline, keep)
 
     def collect(self, ws: Sequence[Worker], deadline: float | None = None,
                 keep: bool = False) -> dict[int, Reply]:
-        """One reply from each worker of ``ws`` (``"hung"`` at ``deadline``, by default
-        :meth:`deadline`). ``keep``: the replies also stay taken (:meth:`finish` returns
-        them) until :meth:`forget`: a caller cut short before it has handled them loses
-        none."""
+        """One reply from each worker of ``ws`` (``"hung"`` at ``deadline``). ``keep``:
+        they also stay taken until :meth:`forget`, so a caller cut short loses none."""
         replies = self.replies
         if deadline is None:
             deadline = self.deadline(ws)
@@ -486,21 +433,14 @@ class WorkerPool:
             return {w.index: replies.pop(w.index) for w in ws}
 
     def forget(self, replies: Sequence[Reply | int]) -> None:
-        """Replies kept (collected with ``keep``, or by :meth:`collect_first`) that are
-        handled now: the replies, or their workers' indices."""
+        """Drop kept replies (given as replies or worker indices): they are handled."""
         for r in replies:
             self.replies.pop(r if isinstance(r, int) else r.worker, None)
 
     def collect_first(self, k: int) -> list[Reply]:
-        """The first ``k`` replies among busy workers, in the order they came (fewer if
-        fewer are busy). Each worker counts as hung at its own deadline (:meth:`post`), so
-        a hung worker is found even while the others keep answering.
-
-        The replies stay taken (first in :attr:`replies`) until :meth:`forget`: a caller cut
-        short anywhere before it has handed them on loses none, and the next call returns
-        them again. (Popped here, a Ctrl-C held off meanwhile was raised as the block that
-        popped them ended: their workers, idle and never given a command again, dropped out
-        of the batch for good, and a later hang of theirs went unseen.)"""
+        """The first ``k`` replies of busy workers, in the order they came (fewer if fewer
+        are busy); each worker hangs at its own deadline. They stay taken until
+        :meth:`forget`: a caller cut short loses none, the next call returns them again."""
         replies = self.replies
         while True:
             busy = self.busy()
@@ -516,17 +456,14 @@ class WorkerPool:
         return [replies[i] for i in itertools.islice(replies, k)]
 
     def give_back(self, replies: Sequence[Reply]) -> None:
-        """Put ``replies`` in front of those taken, in place of any of the same workers (a
-        caller that repaired the faults of replies it keeps puts plain ``"ok"`` ones back)."""
+        """Put ``replies`` first among those taken, replacing their workers' ones."""
         front = {r.worker: r for r in replies}
         with sigint_deferred():
             self.replies = {**front, **{i: r for i, r in self.replies.items() if i not in front}}
 
     def finish(self) -> list[Reply]:
-        """Every reply still due: those of the commands in flight (waited for) and those
-        taken but never handed over. They stay taken until :meth:`forget`: a caller cut
-        short before it has handled them loses none. A hand-out cut short is finished
-        first."""
+        """Every reply still due (in flight, waited for, or taken and kept), kept until
+        :meth:`forget`; a hand-out cut short is finished first."""
         if self.transport.handing is not None:
             finish_hand_out(self.transport)
         busy = self.busy()
@@ -552,10 +489,8 @@ class WorkerPool:
         return [w for w in self.workers if w.state is not IDLE]
 
     def poll(self, deadline: float, want: int) -> None:
-        """Poll the transport and take what it has. A transport whose poll reads replies
-        for good gets Ctrl-C held off until they are taken (a KeyboardInterrupt between the
-        two lost them), waiting at most ``POLL_SLICE`` so that a Ctrl-C still comes
-        through at once."""
+        """Poll the transport and take what it has; a non-idempotent one with Ctrl-C held
+        off (at most ``POLL_SLICE``) until its replies are taken."""
         hook, t = self.hook, self.transport
         if hook is not None:
             hook("wait")

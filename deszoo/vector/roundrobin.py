@@ -1,9 +1,5 @@
-"""``roundrobin``: every env in the calling process, stepped one after the other.
-
-The reference for the other backends (same :class:`~deszoo.vector._host.EnvGroup` code,
-same lifecycle) and the one to debug with: no processes, exceptions come with their own
-frames. Its transport runs each command at once, as it is handed out.
-"""
+"""``roundrobin``: every env in the calling process, one after the other; the reference
+backend and the one to debug with."""
 
 from __future__ import annotations
 
@@ -56,10 +52,8 @@ class InProcess(Transport):
                 self.hook("handout")
 
     def step(self, ws: Sequence[Worker], same_step: bool, deadline: float) -> list[Reply] | None:
-        # The hot path: the groups step here, with Ctrl-C held off until all have (a batch
-        # stepped in part can be neither finished nor undone). A group whose envs failed
-        # leaves its reply queued for poll with its command set, so that a Ctrl-C raised
-        # as the block ends loses no failure; then every worker replies the general way.
+        # The hot path, Ctrl-C held off (a batch stepped in part can be neither finished
+        # nor undone). Failures are queued inside the block, so none is lost to a Ctrl-C.
         failed = False
         with sigint_deferred():
             for w in ws:

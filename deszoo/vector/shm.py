@@ -1,14 +1,7 @@
-"""``shm``: worker processes hosting several envs each, results in shared memory.
-
-One shared block holds every batch buffer (each env's arrays are views of its rows); a
-control block has one slot per worker (command and sequence number from the parent, answer
-and "asleep" flag from the worker); an idle worker spins for ``spin_us``, then sleeps on a
-doorbell pipe; workers wake the parent through one shared results pipe, on a sync step only
-the last to finish. Posting and polling are idempotent (a worker runs a sequence number
-once), so Ctrl-C needs no holding off on the hot path. The design, step by step:
-``docs/vector.md`` ("shm in detail").
+"""``shm``: worker processes hosting several envs each, every buffer in one shared block,
+a control slot per worker; idempotent posting and polling. Design: ``docs/vector.md``
+("shm in detail").
 """
-
 
 from __future__ import annotations
 
@@ -58,14 +51,11 @@ SEQ_BITS = 40  # DONE holds generation << SEQ_BITS | sequence number
 SEQ_MASK = (1 << SEQ_BITS) - 1
 BOOTED, BOOT_FAILED, OK, OK_DATA = 0, 1, 2, 3
 DOORBELL = b"\x01"
-# Default spin of an idle worker when each worker has a core: it covers the usual wait for
-# the slowest worker of a sync step on a light scenario (jobshop_v0, 32 envs, 2 workers on
-# 2 cores: shm/roundrobin 1.58x with 300 us, 1.69-1.74x with 2000 us).
+# An idle worker's spin when each has a core: covers the wait for the slowest worker on a
+# light scenario (jobshop_v0, 32 envs, 2 cores: shm/rr 1.58x at 300 us, 1.69-1.74x at 2000).
 SPIN_US = 2000.0
-# Longest sleep on either side before the control block is looked at again: a safety net
-# for memory models where the barrier is not a full one (never needed on x86). The barrier
-# is taking and releasing a private lock: that runs a locked instruction (x86), which
-# orders this process's earlier stores before its later loads.
+# Longest sleep before the control block is read again: a safety net where the barrier
+# (taking and releasing a private lock: a locked instruction on x86) is not a full one.
 NET = 0.05
 
 SHM_OPTIONS = (
@@ -110,7 +100,7 @@ def _worker_main(
     spin: float,
     parent: int | None,
 ) -> None:
-    """Body of a worker process: build the envs, then serve commands until told to close."""
+    """A worker process: build the envs, serve commands until told to close."""
     _procs.worker_begins(parent)
     for conn in inherited:  # under fork: the parent's ends of other pipes (EOF detection)
         conn.close()
@@ -139,8 +129,8 @@ def _worker_main(
     except Exception as exc:
         import traceback
 
-        # The answer first, then the data: the parent reads the data only once it has the
-        # answer, and a message larger than the pipe's buffer would block until then.
+        # The answer before the data: a message larger than the pipe's buffer blocks until
+        # the parent reads it, which it does once it sees the answer.
         answer(BOOT_FAILED)
         msgs.send(f"{type(exc).__name__}: {exc}\nworker traceback:\n{traceback.format_exc()}")
         return
@@ -153,10 +143,8 @@ def _worker_main(
     while True:
         if ctl[cmd] == last:
             if spin:
-                # Watch the slot for a moment before sleeping: a worker that sleeps costs
-                # a wake-up (tens of us) on every step of a light scenario. Yield while
-                # watching: the parent, just woken by the last answer, may be queued on
-                # this core, and would otherwise wait until the spin ends.
+                # Spin before sleeping (a wake-up costs tens of us a step), yielding: the
+                # parent, just woken, may be queued on this core.
                 end = clock() + spin
                 while ctl[cmd] == last and clock() < end:
                     sched_yield()
@@ -214,7 +202,7 @@ class _Proc:
 
 
 class _Processes:
-    """Everything the finalizer needs to stop the workers (no reference to the env)."""
+    """What the finalizer needs to stop the workers (no reference to the env)."""
 
     def __init__(self, control: memoryview, close_timeout: float):
         self.procs: dict[int, _Proc] = {}
@@ -245,17 +233,17 @@ class _Processes:
 
 
 class ShmTransport(Transport):
-    """Worker processes over one shared block; see the module docstring.
+    """Worker processes over one shared block.
 
     Args:
         spec: what the workers build.
-        workers: the vector env's workers (all of them; the transport sees every slot).
+        workers: the vector env's workers.
         spin_us: how long an idle worker polls before it sleeps.
         start_method: the multiprocessing start method.
-        timeout: how long a worker may take between its answer and the data that follows.
-        close_timeout: seconds :meth:`close` waits for workers to exit before killing them.
-        arm_always: make workers die with this process even when started from a thread
-            other than the main one (the Ray node actors, whose thread lives as long).
+        timeout: longest wait between a worker's answer and its data.
+        close_timeout: seconds :meth:`close` waits before killing workers.
+        arm_always: workers die with this process even if started from another thread
+            (Ray node actors).
     """
 
     idempotent = True
@@ -333,9 +321,8 @@ class ShmTransport(Transport):
             code = CODES[command]
         self._hand_out(ws, WorkerState(command), code)
         if command in PAYLOAD:
-            # After the doorbell: the worker reads the arguments once it is woken, and an
-            # argument larger than the pipe's buffer would block the parent until then. A
-            # copy sent twice (a hand-out done again) is skipped by the worker.
+            # After the doorbell (a large argument blocks until the worker reads it); a copy
+            # sent twice (a hand-out done again) is skipped by the worker.
             per = isinstance(payloads, dict)
             for w in ws:
                 p: _Proc = w.handle
@@ -350,8 +337,8 @@ class ShmTransport(Transport):
                     p.sent = p.seq
 
     def _hand_out(self, ws: Sequence[Worker], state: WorkerState, code: int) -> None:
-        """Write each worker's command into its slot (once per command: a worker that
-        already has it keeps its sequence number), then ring the sleepers."""
+        """Write each worker's command into its slot (once: a hand-out done again keeps
+        the sequence number), then ring the sleepers."""
         ctl = self.ctl
         for w in ws:
             p: _Proc = w.handle
@@ -379,12 +366,9 @@ class ShmTransport(Transport):
                 hook("handout")
 
     def step(self, ws: Sequence[Worker], same_step: bool, deadline: float) -> list[Reply] | None:
-        # The hot path: every worker steps; one wake-up, the last worker's, usually finds
-        # every answer "ok" in the control block. Anything else (data, a death, a stale
-        # wake-up, a long step) goes the general way (poll). Ctrl-C needs no holding off:
-        # a hand-out cut short is done again in full (with Ctrl-C held off; see
-        # finish_hand_out), and the answers stay in the control block until the lifecycle
-        # takes them.
+        # The hot path: one wake-up, the last worker's, usually finds every answer "ok";
+        # anything else goes through poll. No Ctrl-C holding: a cut hand-out is redone
+        # (finish_hand_out), answers stay in the control block until taken.
         code = (STEP_SAME if same_step else CODES["step"]) | LAST_ONLY
         self.handing = (ws, "step", same_step)
         try:
@@ -440,10 +424,8 @@ class ShmTransport(Transport):
         return self._answers(woken)
 
     def _answers(self, woken: bytes = b"") -> list[Reply]:
-        """Replies of the workers with a command, read from the control block (and a dead
-        worker's death) each time until they are taken: in the order of their wake-ups
-        (``woken``: worker indices, in the order they finished), then by index. A worker
-        that answered, then died, is found dead when it is next given a command."""
+        """Replies (or deaths) of busy workers from the control block, again until taken:
+        in wake-up order (``woken``: worker indices), then by index."""
         if len(woken) > 2:  # several wake-ups (not a sync step): keep their order
             order: Any = dict.fromkeys((*memoryview(woken).cast("H"),
                                         *range(self.num_workers)))
@@ -472,14 +454,12 @@ class ShmTransport(Transport):
         return out
 
     def _read_data(self, w: Worker, p: _Proc, status: int) -> Reply:
-        """The answer whose data follows in ``p.msgs``: an error or a call's value. The data
-        comes at once; a worker stopped between the two writes counts as hung after
-        ``timeout`` (never blocks past that)."""
+        """An answer whose data (an error, a value) follows in ``p.msgs``; a worker stopped
+        between the two counts as hung after ``timeout``."""
         try:
             if not p.msgs.poll(self.timeout):
                 return Reply(w.index, "hung")
-            # Read and kept as one: a message read in part is lost to the pipe, one read and
-            # not kept is lost to the next poll (the pipe is not idempotent, the slot is).
+            # Read and kept as one: the pipe is not idempotent, the slot is.
             with sigint_deferred():
                 if status == BOOT_FAILED:
                     reply = Reply(w.index, "boot_failed", detail=p.msgs.recv())
@@ -514,12 +494,7 @@ class ShmTransport(Transport):
 
 
 class ShmVecEnv(DeszooVecEnv):
-    """Shared-memory multiprocess backend; see :func:`deszoo.vector.make_vec`.
-
-    Options (besides the common ones): ``num_workers`` (worker processes, at most
-    ``num_sims``; default: the usable cores), ``start_method``, ``close_timeout`` and
-    ``spin_us`` (see :data:`SHM_OPTIONS`).
-    """
+    """Shared-memory multiprocess backend; see :func:`deszoo.vector.make_vec`."""
 
     backend = "shm"
     options = (
