@@ -17,6 +17,7 @@ from conftest import HAS_RAY
 from deszoo.errors import ConfigError, InvalidActionError, ResetNeededError, SubEnvError
 from deszoo.rollouts import assert_same_rollouts, legal_last, legal_random, rollout
 from deszoo.vector import make_vec
+from deszoo.vector.base import State
 from devkit.toyenv import ToyEnv
 
 # name, make_vec arguments: every backend, uneven splits, both start methods.
@@ -364,6 +365,25 @@ def test_async_api_misuse():
         vec.close()
     with pytest.raises(ConfigError):
         make_vec(toy(), 5, backend="shm", num_workers=2, batch_size=2)
+
+
+@pytest.mark.parametrize("backend", ["supersuit", "shm"])
+def test_async_call_drops_steps_in_flight(backend):
+    """A call in async mode finishes the steps in flight: READY, and recv() says why."""
+    vec = make_vec(toy(), 4, backend=backend, batch_size=2, num_workers=2)
+    try:
+        vec.async_reset(seed=0)
+        _, _, _, _, infos = vec.recv()
+        vec.send(legal_last(infos["action_mask"]), infos["env_id"])
+        assert vec.state is State.SENT
+        assert len(vec.get_attr("possible_agents")) == 4
+        assert vec.state is State.READY and not any(w.busy for w in vec.pool.workers)
+        with pytest.raises(deszoo.errors.NoAsyncCallError):
+            vec.recv()
+        vec.async_reset(seed=0)
+        assert vec.recv()[0].shape == (6, 3)
+    finally:
+        vec.close()
 
 
 @pytest.mark.parametrize(

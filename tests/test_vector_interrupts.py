@@ -108,7 +108,11 @@ def test_ctrl_c_from_another_thread_changes_no_trajectory(name):
     try:
         vec.reset()
         with Spammer() as spam:
-            for _ in range(150):
+            # 150 tries, more until 21 results came back (a slow machine's steps are cut
+            # more often: supersuit kept 15 of 150 on a 2-core EPYC VM)
+            for tries in range(2000):
+                if tries >= 150 and len(got) > 20:
+                    break
                 acts = rng.integers(0, n, vec.num_envs)
                 before = vec.num_events()
                 try:

@@ -221,6 +221,7 @@ class Lifecycle:
         if call in ("reset", "call"):
             if state is State.SENT or state is State.RECEIVED:
                 self.drain()
+                self.to(State.READY)  # nothing in flight: recv() needs a send or reset
             return
         if state is State.NEEDS_RESET:
             raise ResetNeededError(
