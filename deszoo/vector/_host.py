@@ -360,27 +360,23 @@ class EnvGroup:
                 values.append(None)
         return failures, values
 
-    def rebuild(self, sim: int, seed: int | None) -> None:
-        """Replace env ``sim`` by a fresh one; its next step resets it with ``seed``."""
-        k = sim - self.first
-        try:
-            self.envs[k].close()
-        except Exception:  # a broken env may fail to close; it is dropped anyway
-            pass
-        env = self.envs[k] = self.factory()
-        for name, value in self.attrs[k].items():
-            setattr(env, name, value)
-        self._adopt(env, self.views[k])
-        self.need_reset[k] = True
-        self.next_seed[k] = seed
-
     def rebuild_many(self, seeds: dict[int, int | None], reset_now: bool) -> list[EnvFailure]:
-        """Rebuild envs (batch-wide index -> seed); with ``reset_now`` also reset them."""
+        """Replace envs (batch-wide index -> seed of their next reset) by fresh ones, with
+        the attributes ``set`` on them; reset them now with ``reset_now``."""
         failures = []
         for sim, seed in seeds.items():
             k = sim - self.first
             try:
-                self.rebuild(sim, seed)
+                try:
+                    self.envs[k].close()
+                except Exception:  # a broken env may fail to close; it is dropped anyway
+                    pass
+                env = self.envs[k] = self.factory()
+                for name, value in self.attrs[k].items():
+                    setattr(env, name, value)
+                self._adopt(env, self.views[k])
+                self.need_reset[k] = True
+                self.next_seed[k] = seed
                 if reset_now:
                     self._reset_one(k, seed)
             except Exception as exc:
