@@ -59,32 +59,32 @@ class AgentVecEnv:
         # Rebuild from the arguments: pickled numpy views would lose their shared base.
         return (AgentVecEnv, self._args)
 
-    def _answer(self, failures: list[EnvFailure], value: Any) -> list[dict]:
-        """SuperSuit's infos, with deszoo's answer ``(failures, value)`` at the first row."""
-        for f in failures:
+    def _answer(self, answer: tuple) -> list[dict]:
+        """SuperSuit's infos, with deszoo's ``answer`` (failures first) at the first row."""
+        for f in answer[0]:
             f.env_index = self.env_index  # the batch's index (the group's is 0)
-        return [{INFO_KEY: (failures, value)}] + [{} for _ in range(self.num_envs - 1)]
+        return [{INFO_KEY: answer}] + [{} for _ in range(self.num_envs - 1)]
 
-    def _rows(self) -> tuple:
-        """What the parent needs of this env's rows besides SuperSuit's (obs, rewards, flags)."""
+    def _rows(self, failures: list[EnvFailure]) -> tuple:
+        """``failures``, then what the parent needs of this env's rows besides SuperSuit's."""
         b = self.bufs
         final = (b.final_obs.copy(), b.final.copy(), b.final_count.copy(),
                  float(b.final_time[0])) if self.same_step else None
         state = (b.state[0].copy(), b.final_state[0].copy()) if b.layout.state_dim else None
-        return (b.mask.copy(), b.needs.copy(), b.live.copy(), b.invalid.copy(),
+        return (failures, b.mask.copy(), b.needs.copy(), b.live.copy(), b.invalid.copy(),
                 b.invalid_count.copy(), float(b.sim_time[0]), int(b.events[0]), final, state)
 
     def reset(self, seed: int | None = None, options: dict | None = None):
         # deszoo's options: {env index: seed} of the envs of the batch to reset
         plan = (options or {}).get(INFO_KEY, {self.env_index: seed})
         failures = self.group.reset([plan[self.env_index]]) if self.env_index in plan else []
-        return self.bufs.obs.copy(), self._answer(failures, self._rows())
+        return self.bufs.obs.copy(), self._answer(self._rows(failures))
 
     def step(self, actions):
         b = self.bufs
         b.act[:] = actions
         failures = self.group.step(self.same_step)
-        answer = self._answer(failures, self._rows())
+        answer = self._answer(self._rows(failures))
         return b.obs.copy(), b.rew.copy(), b.term.copy(), b.trunc.copy(), answer
 
     def env_is_wrapped(self, wrapper_class):
@@ -105,8 +105,8 @@ class AgentVecEnv:
             payload = ({0: payload[0][i]}, payload[1])
         failures, value = self.group.run(command, payload)
         if command == "rebuild" and payload[1]:  # reset now: the new episode's rows
-            value = (self.bufs.obs.copy(), self._rows())
-        return self._answer(failures, value)
+            value = (self._rows([]), self.bufs.obs.copy())
+        return self._answer((failures, value))
 
     def render(self):
         return None
@@ -303,23 +303,24 @@ class SuperSuitTransport(Transport):
                 continue
             failures += got[0]
             if obs is not None:
-                local = slice(k * n, (k + 1) * n)
-                self._put(s, obs[local], got[1], flags and [a[local] for a in flags])
+                self._put(s, got, obs, slice(k * n, (k + 1) * n), flags)
             elif got[1] is not None and w.state is WorkerState.REBUILD:
                 self._put(s, *got[1])
             elif got[1] is not None:
                 values += got[1]
         return Reply(w.index, "ok", failures, values or None)
 
-    def _put(self, s: int, obs: Any, rows: tuple, flags: Any = None) -> None:
-        """Env ``s``'s rows in the batch buffers (see :meth:`AgentVecEnv._rows`)."""
+    def _put(self, s: int, rows: tuple, obs: Any, local: slice = slice(None),
+             flags: Any = None) -> None:
+        """Env ``s``'s rows (:meth:`AgentVecEnv._rows`; ``obs`` and ``flags`` at ``local``)."""
         b, at = self.bufs, slice(s * self.n, (s + 1) * self.n)
-        mask, needs, live, invalid, count, now, events, final, state = rows
-        b.obs[at], b.mask[at], b.needs[at], b.live[at] = obs, mask, needs, live
+        _, mask, needs, live, invalid, count, now, events, final, state = rows
+        b.obs[at], b.mask[at], b.needs[at], b.live[at] = obs[local], mask, needs, live
         b.invalid[at], b.invalid_count[at] = invalid, count
         b.sim_time[s], b.events[s] = now, events
-        if flags:
-            b.rew[at], b.term[at], b.trunc[at] = flags
+        if flags is not None:
+            rew, term, trunc = flags
+            b.rew[at], b.term[at], b.trunc[at] = rew[local], term[local], trunc[local]
         b.final[at] = False
         if final is not None:
             b.final_obs[at], b.final[at], b.final_count[at], b.final_time[s] = final
