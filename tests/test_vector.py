@@ -652,13 +652,14 @@ def test_options_are_declared_once_and_documented():
 
 def test_a_registered_backend_needs_no_change_to_make_vec(monkeypatch):
     """A new backend declares its own option; make_vec accepts and checks it as declared."""
+    from deszoo.core.params import integer
     from deszoo.vector import BACKENDS, register_backend
     from deszoo.vector.options import option
     from deszoo.vector.roundrobin import RoundRobinVecEnv
 
     class Loud(RoundRobinVecEnv):
         backend = "loud"
-        options = (*RoundRobinVecEnv.options, option("volume", 3, "int", "how loud", minimum=0))
+        options = (*RoundRobinVecEnv.options, option("volume", 3, integer(0), "how loud"))
 
         def _transport(self, opts):
             self.volume = opts["volume"]

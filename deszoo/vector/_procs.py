@@ -21,8 +21,9 @@ import signal
 import threading
 from typing import Any
 
+from deszoo.core.params import optional, real
 from deszoo.errors import ConfigError
-from deszoo.vector.options import MAX_SECONDS, option
+from deszoo.vector.options import MAX_SECONDS, instance, option
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -36,10 +37,11 @@ __all__ = [
 ]
 
 # The options of every backend that starts processes.
-START_METHOD = option("start_method", None, "str", "multiprocessing start method of the "
-                      "workers", none=True, note="'fork', 'spawn' or 'forkserver'")
-CLOSE_TIMEOUT = option("close_timeout", 5.0, "number", "seconds close() waits for the "
-                       "workers to exit before killing them", minimum=0, maximum=MAX_SECONDS)
+START_METHOD = option("start_method", None,
+                      optional(instance("a str ('fork', 'spawn' or 'forkserver')", str)),
+                      "multiprocessing start method of the workers")
+CLOSE_TIMEOUT = option("close_timeout", 5.0, real(0, MAX_SECONDS),
+                       "seconds close() waits for the workers to exit before killing them")
 
 PR_SET_PDEATHSIG = 1
 

@@ -15,11 +15,7 @@ from deszoo.core.params import (
     Rule,
     check_rules,
     check_value,
-    choice,
-    flag,
-    integer,
     named_check,
-    optional,
     real,
 )
 from deszoo.errors import ConfigError
@@ -33,6 +29,7 @@ __all__ = [
     "Rule",
     "check_options",
     "check_rules",
+    "instance",
     "option",
     "rule",
 ]
@@ -47,59 +44,17 @@ MAX_SPIN_US = 1e6  # a second of polling: past it a worker might as well sleep
 Option = Param
 
 
-def _kind(kind: str, minimum: float | None, maximum: float | None, positive: bool,
-          choices: Sequence[Any]) -> Check:
-    """The check a ``kind`` shorthand of :func:`option` stands for."""
-    if kind == "int":
-        return integer(1 if positive else minimum, maximum)
-    if kind == "number":
-        return real(0 if positive else minimum, maximum, open_min=positive)
-    if kind == "choice":
-        return choice(*choices)
-    if kind == "bool":
-        return flag()
-    types: dict[str, tuple[str, type | tuple[type, ...]]] = {
-        "str": ("a str", str), "dict": ("a dict", dict), "list": ("a list", (list, tuple)),
-    }
-    if kind not in types:
-        raise ValueError(f"unknown option kind {kind!r}")
-    words, cls = types[kind]
-    return named_check(words, lambda v: isinstance(v, cls))
-
-
-def option(
-    name: str,
-    default: Any,
-    check: Check | str,
-    doc: str,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    positive: bool = False,
-    choices: Sequence[Any] = (),
-    none: bool = False,
-    note: str = "",
-    rules: tuple[Rule, ...] = (),
-) -> Param:
-    """A backend option: a :class:`~deszoo.core.params.Param` named ``name``.
-
-    Args:
-        check: a check of :mod:`deszoo.core.params`, or a shorthand: ``"int"``,
-            ``"number"``, ``"bool"``, ``"str"``, ``"dict"``, ``"list"`` or ``"choice"``
-            (of ``choices``), bounded by ``minimum``/``maximum`` or ``positive``.
-        doc: one line for the documentation.
-        none: ``None`` is accepted too.
-        note: added to what is expected, in parentheses.
-        rules: checks that relate this option to others.
-    """
-    if isinstance(check, str):
-        check = _kind(check, minimum, maximum, positive, choices)
-    if none:
-        check = optional(check)
-    if note:
-        inner = check
-        check = named_check(f"{inner.expects} ({note})", lambda v: inner(v) is None)
+def option(name: str, default: Any, check: Check, doc: str, *,
+           rules: tuple[Rule, ...] = ()) -> Param:
+    """A backend option: a :class:`~deszoo.core.params.Param` named ``name``, accepted by
+    ``check`` (one of :mod:`deszoo.core.params`); ``doc``: one line for the docs; ``rules``:
+    checks that relate it to other options."""
     return Param(default, check, doc, name=name, rules=rules)
+
+
+def instance(words: str, cls: type | tuple[type, ...]) -> Check:
+    """A value of type ``cls`` (``words`` says which, in messages)."""
+    return named_check(words, lambda v: isinstance(v, cls))
 
 
 def check_options(

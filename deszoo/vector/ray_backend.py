@@ -54,7 +54,7 @@ from deszoo.errors import ConfigError
 from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, Call, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
-from deszoo.vector.options import MAX_SPIN_US, SECONDS, option, rule
+from deszoo.vector.options import MAX_SPIN_US, SECONDS, instance, option, rule
 from deszoo.vector.pool import (
     Reply,
     Transport,
@@ -881,12 +881,12 @@ class RayVecEnv(DeszooVecEnv):
         option("num_workers", None, optional(integer(1)), "Ray actors (with per_node: shm pool "
                "workers in all; default: the usable cores, or the cluster's CPUs with "
                "per_node)", rules=(_WORKERS_FIT,)),
-        option("address", None, "str", "the Ray cluster to start or join if Ray is not "
-               "initialised", none=True),
+        option("address", None, optional(instance("a str", str)), "the Ray cluster to "
+               "start or join if Ray is not initialised"),
         option("per_node", False, flag(), "one actor per Ray node, each running a shm pool "
                "of that node's cores", rules=(_PER_NODE_ONLY,)),
-        option("actor_options", None, "dict", "Ray actor options over the defaults",
-               none=True),
+        option("actor_options", None, optional(instance("a dict", dict)),
+               "Ray actor options over the defaults"),
         option("boot_timeout", None, optional(SECONDS), "seconds to wait for the actors to "
                "start (default: max(timeout, 60))"),
         _procs.CLOSE_TIMEOUT,

@@ -7,6 +7,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from deszoo.core.params import named_check, optional
 from deszoo.vector._host import Buffers, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
 from deszoo.vector.options import option
@@ -91,10 +92,10 @@ class RoundRobinVecEnv(DeszooVecEnv):
 
     backend = "roundrobin"
     options = (
-        option("num_workers", None, "choice", "none: every env runs in the calling process",
-               choices=(1,), none=True,
-               note="roundrobin runs every env in the calling process; use backend='shm' "
-                    "for worker processes"),
+        option("num_workers", None, optional(named_check(
+            "1 (roundrobin runs every env in the calling process; use backend='shm' for "
+            "worker processes)", lambda v: type(v) is int and v == 1)),
+            "none: every env runs in the calling process"),
     )
 
     @classmethod

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from deszoo.core.params import integer, optional, real
 from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
@@ -61,9 +62,9 @@ NET = 0.05
 SHM_OPTIONS = (
     _procs.START_METHOD,
     _procs.CLOSE_TIMEOUT,
-    option("spin_us", None, "number", "microseconds an idle worker polls for its next "
-           "command before it sleeps (default: 2000 when each worker has a core, else 0)",
-           minimum=0, maximum=MAX_SPIN_US, none=True),
+    option("spin_us", None, optional(real(0, MAX_SPIN_US)), "microseconds an idle worker "
+           "polls for its next command before it sleeps (default: 2000 when each worker has "
+           "a core, else 0)"),
 )
 
 
@@ -498,8 +499,8 @@ class ShmVecEnv(DeszooVecEnv):
 
     backend = "shm"
     options = (
-        option("num_workers", None, "int", "worker processes (default: the usable cores, "
-               "at most one per env)", minimum=1, none=True),
+        option("num_workers", None, optional(integer(1)), "worker processes (default: the "
+               "usable cores, at most one per env)"),
         *SHM_OPTIONS,
     )
 

@@ -23,6 +23,7 @@ import numpy as np
 from gymnasium.vector.async_vector_env import CloudpickleWrapper
 from gymnasium.vector.utils import read_from_shared_memory
 
+from deszoo.core.params import integer, optional
 from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, EnvFailure, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
@@ -356,9 +357,8 @@ class SuperSuitVecEnv(DeszooVecEnv):
 
     backend = "supersuit"
     options = (
-        option("num_workers", None, "int", "SuperSuit's num_cpus: 0 or 1 runs in the calling "
-               "process (default: the usable cores, at most one per env)", minimum=0,
-               none=True),
+        option("num_workers", None, optional(integer(0)), "SuperSuit's num_cpus: 0 or 1 "
+               "runs in the calling process (default: the usable cores, at most one per env)"),
         _procs.START_METHOD,
         _procs.CLOSE_TIMEOUT,
     )
