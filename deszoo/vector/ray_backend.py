@@ -1,8 +1,6 @@
 """``ray``: Ray actors, each running a worker pool over a block of envs (one in-process
-worker per actor here; ``shm`` pools per node with ``per_node=True``,
-:mod:`deszoo.vector.ray_nodes`). The design, the step channel, the faults and how Ray is
-started: ``docs/distributed.md``.
-"""
+worker each here; a ``shm`` pool per node in :mod:`deszoo.vector.ray_nodes`). The design,
+the step channel, the faults and how Ray is started: ``docs/distributed.md``."""
 
 from __future__ import annotations
 
@@ -43,13 +41,11 @@ log = logging.getLogger(__name__)
 # Ray's default resources for actors (one CPU to be placed, none held while running, so
 # several vector envs fit on a small cluster), spread over the nodes.
 ACTOR_OPTIONS = {"max_restarts": 0, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
-# Ray sends a return value of up to 100 KiB inline with the call's answer, a larger one
-# through its object store, milliseconds slower (ridehail_v0, 16 envs per node: 390 KB).
-# So a larger reply comes back in chunks of this size, each its own return value.
+# A larger reply comes back in chunks of this size, each its own return value: Ray sends one
+# of up to 100 KiB inline, a larger one through its object store, milliseconds slower.
 CHUNK = 96 * 1024
-# The step channel: the driver sends STEP_HEAD (same-step flag, bytes of actions) and the
-# actions; the actor answers REPLY_HEAD (bytes of the block, bytes of the pickled notes),
-# its block and its notes (none: every worker "ok").
+# The step channel: STEP_HEAD (same-step flag, bytes of actions) and the actions down;
+# REPLY_HEAD (bytes of the block, of the pickled notes), the block and the notes up.
 STEP_HEAD = struct.Struct("<II")
 REPLY_HEAD = struct.Struct("<QQ")
 TOKEN_BYTES = 16
@@ -58,8 +54,7 @@ KILL_WAIT = 10.0
 
 
 def reply_fields(layout: Layout, same_step: bool) -> tuple[str, ...]:
-    """The buffers a reply packs: all but the actions and the empty ones (no states), the
-    final ones in SameStep mode only."""
+    """The buffers a reply packs: all but actions and empty ones, finals in SameStep only."""
     return tuple(name for name, shape, _ in layout.fields()
                  if name != "act" and 0 not in shape
                  and (same_step or not name.startswith("final")))
@@ -114,16 +109,13 @@ def _died(ws: list[int], why: str) -> list[Reply]:
 
 # ---- inside an actor ---------------------------------------------------------------------
 class ActorHost:
-    """Body of an actor: a pool of ``num_workers`` workers (:meth:`transport`) over envs
-    ``first .. first + spec.num_sims - 1``, which messages number batch-wide (the pool's
-    workers are ``j``). With ``channel`` it also serves whole-pool steps on a step channel.
-    """
+    """Body of an actor: a pool of ``num_workers`` workers (:meth:`transport`, numbered
+    ``j``) over envs ``first ..`` (batch-wide in messages); ``channel``: a step channel."""
 
     def __init__(self, spec: VecSpec, first: int, num_workers: int, events: np.ndarray,
                  same_step: bool, pool_options: dict, chunk: int = CHUNK,
                  channel: bool = False):
-        import ray
-
+        ray = import_ray()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's
         self.first = first
@@ -164,21 +156,18 @@ class ActorHost:
         return os.getpid()
 
     def _serve(self, listener: socket.socket, token: bytes) -> None:
-        """The step channel's thread: accept the driver, then step the pool for it until
-        it hangs up. The driver waits for each step and steps no pool of a Ray call in
-        flight, so the pool is never used by two threads at once."""
+        """The step channel's thread: accept the driver, then step the pool for it until it
+        hangs up (never during a Ray call of this actor: the driver waits for each)."""
         got = bytearray(TOKEN_BYTES)
         while True:
             try:
                 conn, _ = listener.accept()
             except OSError:
                 return
-            try:
+            with contextlib.suppress(OSError):
                 conn.settimeout(10.0)
                 if _recv(conn, got) and hmac.compare_digest(got, token):
                     break
-            except OSError:
-                pass
             conn.close()
         listener.close()
         conn.settimeout(None)
@@ -207,17 +196,14 @@ class ActorHost:
         info = (*self.info, self.channel)
         if self.error is not None:
             return info, {j: ("boot_failed", None, self.error) for j in seeds}
-        ws = [self.pool.workers[j] for j in seeds]
-        replies = self.pool.boot(ws, seeds)
-        return info, {w.index: (replies[w.index].kind,
-                                self.worker_pid(w) if w.handle is not None else None,
-                                replies[w.index].detail) for w in ws}
+        replies = self.pool.boot([self.pool.workers[j] for j in seeds], seeds)
+        pids = {w.index: self.worker_pid(w) for w in self.pool.workers if w.handle is not None}
+        return info, {j: (r.kind, pids.get(j), r.detail) for j, r in replies.items()}
 
     def run(self, command: str, workers: list[int] | None, payload: Any,
             actions: np.ndarray | None) -> tuple:
         """Run ``command`` on pool workers ``workers`` (``None``: all): ``(block, notes)``
-        (see :meth:`_run`), or with more than one chunk ``(notes, chunk 0, chunk 1, ...)``,
-        one return value each (``None`` chunks when there is no block)."""
+        (:meth:`_run`), or ``(notes, chunk 0, ...)``, one return value each."""
         if actions is not None:
             self.pool.bufs.act[:] = actions
         data, notes = self._run(command, workers, payload)
@@ -226,14 +212,12 @@ class ActorHost:
         return (notes, *(self.chunks if data else [None] * len(self.chunks)))
 
     def _run(self, command: str, workers: list[int] | None, payload: Any) -> tuple:
-        """Run ``command`` (actions in place): whether the block was packed (step, reset,
-        rebuild), and ``None`` when every worker answered ``ok`` with nothing to report,
-        else every worker's :class:`Reply` (by pool worker ``j``)."""
+        """Run ``command``: whether the block was packed, and ``None`` when every worker
+        answered ``ok`` with nothing to report, else every worker's :class:`Reply`."""
         pool, first = self.pool, self.first
         ws = pool.workers if workers is None else [pool.workers[j] for j in workers]
         live = [w for w in ws if w.handle is not None]
-        notes = [Reply(w.index, "died", detail=" (not running); its envs were lost")
-                 for w in ws if w.handle is None]
+        notes = _died([w.index for w in ws if w.handle is None], "not running")
         if command == "step" and len(live) == len(pool.workers):
             replies = pool.step(bool(payload)) or {}  # the pool's fast path: None if all ok
         else:  # batch-wide env indices made the pool's
@@ -262,8 +246,7 @@ class ActorHost:
 
 # ---- in the parent -----------------------------------------------------------------------
 def kill_actors(ray: Any, handles: list) -> None:
-    """``ray.kill`` each actor of ``handles`` (no restart), waiting at most
-    :data:`KILL_WAIT` seconds: a kill still blocked then is left to a daemon thread."""
+    """``ray.kill`` each actor (no restart); a kill blocked past KILL_WAIT s is left behind."""
 
     def kill() -> None:
         for h in handles:
@@ -279,15 +262,13 @@ def kill_actors(ray: Any, handles: list) -> None:
 
 
 def _shutdown(handles: list, close_timeout: list[float]) -> None:
-    """Ask every actor to close its envs, wait ``close_timeout[0]`` s, then kill them all.
-    Idempotent; tolerates a Ray already shut down (its actors are gone with it)."""
+    """Ask every actor to close its envs, wait ``close_timeout[0]`` s, kill them all."""
     if not handles:
         return
     live = list(handles)
     handles.clear()
     try:
-        import ray
-
+        ray = import_ray()
         if not ray.is_initialized():
             return
         refs = []
@@ -301,15 +282,13 @@ def _shutdown(handles: list, close_timeout: list[float]) -> None:
         log.debug("ray vector env shutdown", exc_info=True)
 
 
-# Actor classes made by ray.remote, once per process and options: each new one is exported
-# to the cluster through its key-value store, a call seen to block for ever on a busy
-# machine (Ray re-exports a cached class itself when the session changes).
+# Actor classes by body and options, made once per process: exporting a new one to the
+# cluster was seen to block for ever on a busy machine (Ray re-exports a cached one).
 _ACTOR_CLASSES: dict[tuple, Any] = {}
 
 
 def _reason(exc: BaseException) -> str:
-    """A Ray error's first line and, for an actor whose creation task raised, the last
-    line of that exception's traceback."""
+    """A Ray error's first line (and last, for an actor whose creation task raised)."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [""]
     return (f"{lines[0]} ... {lines[-1]}" if len(lines) > 1 and "creation task" in lines[0]
             else lines[0])
@@ -344,14 +323,9 @@ class _Node:
 
 
 class RayTransport(Transport):
-    """Actors (:attr:`body`), each running a pool of consecutive workers; one remote call
-    per actor and command (or one step-channel message per actor and step).
-
-    ``groups``: ``[(Ray node id or None, workers), ...]``, one actor per entry with that
-    many workers (none for 0), pinned to its node while it is alive unless
-    ``actor_options`` (over :attr:`defaults`) has a ``scheduling_strategy``; default: one
-    actor per worker, placed by Ray. ``pool_options`` go to each actor's pool.
-    """
+    """Actors (:attr:`body`), each running a pool of consecutive workers: one per entry of
+    ``groups`` (``[(Ray node id or None, workers), ...]``, pinned while that node is alive
+    unless ``actor_options`` has a ``scheduling_strategy``), by default one per worker."""
 
     body: type = ActorHost
     defaults: dict = ACTOR_OPTIONS
@@ -424,11 +398,9 @@ class RayTransport(Transport):
         node.run = (node.handle.run if chunks == 1
                     else node.handle.run.options(num_returns=chunks + 1))
         self.handles.append(node.handle)
-        node.generation += 1
-        node.lost = False
+        node.generation, node.lost = node.generation + 1, False
         node.pid = node.ip = node.node_id = None
 
-    # ---- the contract ---------------------------------------------------------------
     def start(self, w: Worker, reset_seeds: list | None) -> None:
         node = self.nodes[self.node_of[w.index]]
         if node.handle is None:
@@ -454,7 +426,6 @@ class RayTransport(Transport):
         self._flush()
 
     def _flush(self) -> None:
-        """Send every actor its gathered launches and command, one remote call each."""
         hook = self.hook
         for node in self.nodes:
             if self._send(node) and hook is not None:
@@ -484,8 +455,7 @@ class RayTransport(Transport):
             refs = node.run.remote(command, None if every else sorted(pending),
                                    next(iter(pending.values())) if step else pending,
                                    node.acts if step else None)
-            if not isinstance(refs, list):
-                refs = [refs]
+            refs = refs if isinstance(refs, list) else [refs]
             node.inflight[refs[0]] = (command, [node.workers[j] for j in sorted(pending)], refs)
             node.command, node.pending = None, {}
         return bool(launches or pending)
@@ -496,7 +466,6 @@ class RayTransport(Transport):
         node.sock, node.sock_ws = None, None
 
     def _lost_channel(self, node: _Node, ws: list[int], exc: BaseException) -> list[Reply]:
-        """Its step channel broke: the actor is gone (or going); its workers died."""
         self._hang_up(node)
         node.lost = True
         return _died(ws, f"its {self.actor_word} was lost; step channel: "
@@ -506,8 +475,8 @@ class RayTransport(Transport):
         """An actor's step reply from its channel (it is readable)."""
         ws, sock, head = node.sock_ws, node.sock, bytearray(REPLY_HEAD.size)
         try:
-            # The reply follows its first byte at once; an actor stopped in the middle of
-            # one counts as lost after the timeout (never a wait for ever).
+            # A reply follows its first byte at once: an actor stopped midway is lost after
+            # the timeout, never waited for for ever.
             sock.settimeout(self.pool_options["timeout"])
             _recv(sock, head)
             nblock, nnotes = REPLY_HEAD.unpack(head)
@@ -535,16 +504,14 @@ class RayTransport(Transport):
         remaining = max(0.0, deadline - time.monotonic())
         out: list[Reply] = []
         if socks:
-            # Ray's calls in flight too (rare: an actor without a channel, a repair): look
-            # at the channels briefly, then at Ray.
+            # Ray calls in flight too (rare): look at the channels briefly, then at Ray.
             ready_socks, _, _ = select.select(list(socks), [], [],
                                               min(remaining, 0.002) if owner else remaining)
             for sock in ready_socks:
                 out += self._receive_step(socks[sock])
             if not owner:
                 return out
-        # The calls to wait for: all of them for every busy worker, else as many as the
-        # wanted workers make on average (at least one).
+        # Wait for every call, or for as many as the wanted workers make on average.
         busy = sum(len(ws) for node in self.nodes for _, ws, _ in node.inflight.values())
         calls = len(owner) if want >= busy else max(1, want * len(owner) // busy)
         ray = self.ray
@@ -560,10 +527,8 @@ class RayTransport(Transport):
             try:
                 parts = values[at : at + len(refs)] if values is not None else ray.get(refs)
                 at += len(refs)
-                if len(refs) == 1:
-                    value = parts[0]
-                else:  # (replies, chunks...) -> (block, replies)
-                    value = (None if parts[1] is None else np.concatenate(parts[1:]), parts[0])
+                value = parts[0] if len(refs) == 1 else (  # (notes, chunks...)
+                    None if parts[1] is None else np.concatenate(parts[1:]), parts[0])
             except self.errors as exc:
                 node.lost = True
                 out += _died(ws, f"{self.lost_words}ray: {type(exc).__name__}: {_reason(exc)}")
@@ -631,8 +596,7 @@ class RayTransport(Transport):
             self.early += [Reply(i, "died", detail=f" (its {self.actor_word} was killed)")
                            for i in ws if self.workers[i].busy]  # calls never to answer
         self._hang_up(node)
-        node.handle = None
-        node.inflight.clear()
+        node.handle, node.inflight = None, {}
         node.command, node.pending, node.launches = None, {}, {}
 
     def close(self) -> None:
@@ -651,15 +615,7 @@ class RayTransport(Transport):
         return [self.pid_of[w.index] for w in self.workers
                 if w.handle is not None and self.pid_of[w.index] is not None]
 
-    def actor_pids(self) -> list[int]:
-        return [node.pid for node in self.nodes if node.handle is not None and node.pid]
 
-    def worker_nodes(self) -> list[tuple[str, str]]:
-        nodes = [self.nodes[self.node_of[w.index]] for w in self.workers if w.handle is not None]
-        return [(node.ip, node.node_id) for node in nodes if node.ip is not None]
-
-
-# Options of per_node=True only (None: not given).
 PER_NODE_ONLY = ("nodes", "start_method", "spin_us", "step_channel")
 
 
@@ -724,8 +680,7 @@ class RayVecEnv(DeszooVecEnv):
         return cls(spec, seed, {**opts, "num_workers": cls.workers_for(spec, opts["num_workers"])})
 
     def _transport(self, opts: dict[str, Any]) -> Transport:
-        self.boot_timeout = (max(self.timeout, 60.0) if opts["boot_timeout"] is None
-                             else float(opts["boot_timeout"]))
+        self.boot_timeout = float(opts["boot_timeout"] or max(self.timeout, 60.0))
         if not self.per_node:
             self.started_ray = ensure_ray(opts["address"])
         return self._ray_transport(opts)
@@ -735,11 +690,12 @@ class RayVecEnv(DeszooVecEnv):
                             opts["actor_options"], opts["close_timeout"],
                             pool_options={"timeout": self.timeout}, chunk_bytes=self.chunk_bytes)
 
-    # ---- extras ---------------------------------------------------------------------
     def actor_pids(self) -> list[int]:
         """Process ids of the Ray actors (by actor index; for ``ray`` the workers)."""
-        return self.transport.actor_pids()
+        return [node.pid for node in self.transport.nodes if node.handle is not None and node.pid]
 
     def worker_nodes(self) -> list[tuple[str, str]]:
         """``(ip address, Ray node id)`` of the node each worker runs on, by worker index."""
-        return self.transport.worker_nodes()
+        t = self.transport
+        nodes = [t.nodes[t.node_of[w.index]] for w in self._workers if w.handle is not None]
+        return [(node.ip, node.node_id) for node in nodes if node.ip is not None]

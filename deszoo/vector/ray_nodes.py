@@ -1,7 +1,5 @@
-"""``ray`` with ``per_node=True``: one Ray actor per node, each running a ``shm`` pool, over
-:class:`~deszoo.vector.ray_backend.RayTransport`. See ``docs/distributed.md`` ("Per-node
-pools").
-"""
+"""``ray`` with ``per_node=True``: one Ray actor per node, each running a ``shm`` pool; see
+``docs/distributed.md`` ("Per-node pools")."""
 
 from __future__ import annotations
 
@@ -16,9 +14,8 @@ from deszoo.vector.shm import ShmTransport
 
 __all__ = ["RayNodeTransport", "RayNodeVecEnv", "alive_nodes", "share"]
 
-# Node actors reserve no CPU (their pools' workers use the node's cores, which Ray does not
-# see). Each is pinned to its node (a hard node affinity: a soft one let Ray put two pools
-# on one node when the other was slow to start a worker process).
+# No CPU reserved (the pools' workers use the node's cores, which Ray does not see); pinned
+# by a hard node affinity (a soft one let Ray put two pools on a node slow to start one).
 NODE_ACTOR_OPTIONS = {"max_restarts": 0, "max_task_retries": 0, "num_cpus": 0}
 
 
@@ -33,9 +30,8 @@ def share(total: int, weights: list[int]) -> list[int]:
 
 
 class _NodeHost(ActorHost):
-    """Body of a node actor: its pool's workers are ``shm`` worker processes, armed to die
-    with it (Ray cannot close the pool of an actor it kills). Its process title
-    (``ray::_NodeHost``) tells benchmarks/ray_nodes.py its role."""
+    """Body of a node actor: ``shm`` workers armed to die with it (a killed actor cannot
+    close its pool). Its process title, ``ray::_NodeHost``, tells benchmarks its role."""
 
     @staticmethod
     def transport(spec: VecSpec, workers: list[Worker], options: dict) -> Transport:
@@ -49,9 +45,7 @@ class _NodeHost(ActorHost):
 
 class RayNodeTransport(RayTransport):
     """One Ray actor per node (:class:`_NodeHost`), each driving a ``shm`` pool of that
-    node's workers (``groups``: one per node); ``actor_options`` over
-    :data:`NODE_ACTOR_OPTIONS`; ``pool_options``: the pools' ``start_method``, ``spin_us``,
-    ``timeout`` and ``close_timeout``."""
+    node's workers (``pool_options``: ``start_method``, ``spin_us``, ``close_timeout``)."""
 
     body = _NodeHost
     defaults = NODE_ACTOR_OPTIONS
@@ -83,7 +77,6 @@ class RayNodeVecEnv(RayVecEnv):
         self.nodes = [(nid, int(c)) for nid, c in opts["nodes"] or alive_nodes()]
         if not self.nodes:
             raise ConfigError("per_node=True: Ray has no alive node with a CPU")
-        # num_workers is at most num_sims (a rule of the option)
         workers = opts["num_workers"] or min(sum(c for _, c in self.nodes), spec.num_sims)
         super().__init__(spec, seed, {**opts, "num_workers": workers})
 
@@ -96,9 +89,8 @@ class RayNodeVecEnv(RayVecEnv):
                                      opts["actor_options"], opts["close_timeout"], groups,
                                      pool_options, self.chunk_bytes,
                                      opts["step_channel"] is not False)
-        # A pool reports a hung worker after ``timeout``; its actor gets a little longer on
-        # the whole wait (else a node whose reply is late counts as hung with all its
-        # workers; a grace of one poll slice was not enough on a busy machine).
+        # A pool reports a hung worker after ``timeout``: a node actor gets a little longer
+        # (else a late reply counts as a hang of all its workers, on a busy machine).
         transport.grace = min(self.timeout, 5.0)
         return transport
 
