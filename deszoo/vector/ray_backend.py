@@ -55,8 +55,7 @@ KILL_WAIT = 10.0
 
 def reply_fields(layout: Layout, same_step: bool) -> tuple[str, ...]:
     """The buffers a reply packs: all but actions and empty ones, finals in SameStep only."""
-    return tuple(name for name, shape, _ in layout.fields()
-                 if name != "act" and 0 not in shape
+    return tuple(name for name, shape, _ in layout.fields() if name != "act" and 0 not in shape
                  and (same_step or not name.startswith("final")))
 
 
@@ -113,8 +112,7 @@ class ActorHost:
     ``j``) over envs ``first ..`` (batch-wide in messages); ``channel``: a step channel."""
 
     def __init__(self, spec: VecSpec, first: int, num_workers: int, events: np.ndarray,
-                 same_step: bool, pool_options: dict, chunk: int = CHUNK,
-                 channel: bool = False):
+                 same_step: bool, pool_options: dict, chunk: int = CHUNK, channel: bool = False):
         ray = import_ray()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's
@@ -308,7 +306,7 @@ class _Node:
     nbytes: int  # of its replies' block
     handle: Any = None
     run: Any = None  # the actor's ``run`` method, with as many returns as its reply has
-    generation: int = 0
+    generation: int = 0  # actors killed so far (a worker's handle says in which it started)
     lost: bool = False  # its actor died; the next restart replaces it
     pid: int | None = None
     ip: str | None = None
@@ -320,6 +318,12 @@ class _Node:
     sock: socket.socket | None = None  # the step channel to its actor, if it has one
     sock_ws: list[int] | None = None  # the workers of the step in flight on it
     rbuf: np.ndarray | None = None  # where its step replies are read to
+
+
+@dataclass
+class _Slot:  # a worker's handle (chaos_harness reads its pid)
+    generation: int  # of its actor
+    pid: int | None = None
 
 
 class RayTransport(Transport):
@@ -359,7 +363,6 @@ class RayTransport(Transport):
         fields = reply_fields(spec.layout, same_step)
         self.nodes: list[_Node] = []
         self.node_of = [0] * len(workers)
-        self.pid_of: list[int | None] = [None] * len(workers)
         k = 0
         for target, n in groups or [(None, 1)] * len(workers):
             ws, k = workers[k : k + n], k + n
@@ -398,15 +401,14 @@ class RayTransport(Transport):
         node.run = (node.handle.run if chunks == 1
                     else node.handle.run.options(num_returns=chunks + 1))
         self.handles.append(node.handle)
-        node.generation, node.lost = node.generation + 1, False
+        node.lost = False
         node.pid = node.ip = node.node_id = None
 
     def start(self, w: Worker, reset_seeds: list | None) -> None:
         node = self.nodes[self.node_of[w.index]]
         if node.handle is None:
             self._new_actor(node)
-        w.handle = node.generation  # of the actor it runs in
-        self.pid_of[w.index] = None
+        w.handle = _Slot(node.generation)
         w.to(WorkerState.BOOT)
         node.launches[w.index - node.workers[0]] = reset_seeds
 
@@ -416,7 +418,7 @@ class RayTransport(Transport):
         for w in ws:
             w.to(WorkerState(command))
             node = self.nodes[self.node_of[w.index]]
-            if w.handle != node.generation or node.handle is None or node.lost:
+            if w.handle is None or w.handle.generation != node.generation or node.lost:
                 self.early += _died([w.index], f"its {self.actor_word} was lost")
                 continue
             if node.command not in (None, command):
@@ -514,18 +516,17 @@ class RayTransport(Transport):
         # Wait for every call, or for as many as the wanted workers make on average.
         busy = sum(len(ws) for node in self.nodes for _, ws, _ in node.inflight.values())
         calls = len(owner) if want >= busy else max(1, want * len(owner) // busy)
-        ray = self.ray
-        ready, _ = ray.wait(list(owner), num_returns=calls,
-                            timeout=0.0 if socks else remaining)
+        ready, _ = self.ray.wait(list(owner), num_returns=calls,
+                                 timeout=0.0 if socks else remaining)
         got = [(owner[ref], *owner[ref].inflight.pop(ref)) for ref in ready]
         try:  # one get for every answer (a call's return values come together)
-            values = ray.get([r for *_, refs in got for r in refs])
+            values = self.ray.get([r for *_, refs in got for r in refs])
         except self.errors:
             values = None
         at = 0
         for node, kind, ws, refs in got:
             try:
-                parts = values[at : at + len(refs)] if values is not None else ray.get(refs)
+                parts = values[at : at + len(refs)] if values is not None else self.ray.get(refs)
                 at += len(refs)
                 value = parts[0] if len(refs) == 1 else (  # (notes, chunks...)
                     None if parts[1] is None else np.concatenate(parts[1:]), parts[0])
@@ -554,7 +555,8 @@ class RayTransport(Transport):
             out = []
             for j, (k, pid, detail) in results.items():
                 i = node.workers[j]
-                self.pid_of[i] = pid
+                if self.workers[i].handle is not None:
+                    self.workers[i].handle.pid = pid
                 out.append(Reply(i, "booted" if k == "booted" else "boot_failed",
                                  detail=detail or k))
             return out
@@ -582,10 +584,10 @@ class RayTransport(Transport):
                 dst[lo:hi] = src[lo:hi]
 
     def stop(self, w: Worker) -> None:
-        node = self.nodes[self.node_of[w.index]]
+        node, slot = self.nodes[self.node_of[w.index]], w.handle
         waiting = (any(w.index in ws for _, ws, _ in node.inflight.values())
                    or w.index in (node.sock_ws or ()))
-        if w.handle == node.generation and node.handle is not None and (node.lost or waiting):
+        if slot is not None and slot.generation == node.generation and (node.lost or waiting):
             self._kill_actor(node)  # dead, or silent with the worker's call in flight
         w.handle = None
 
@@ -596,7 +598,7 @@ class RayTransport(Transport):
             self.early += [Reply(i, "died", detail=f" (its {self.actor_word} was killed)")
                            for i in ws if self.workers[i].busy]  # calls never to answer
         self._hang_up(node)
-        node.handle, node.inflight = None, {}
+        node.handle, node.inflight, node.generation = None, {}, node.generation + 1
         node.command, node.pending, node.launches = None, {}, {}
 
     def close(self) -> None:
@@ -612,8 +614,8 @@ class RayTransport(Transport):
         return f"ray actor {w.index} ({where}, envs {w.first}..{w.first + w.count - 1})"
 
     def pids(self) -> list[int]:
-        return [self.pid_of[w.index] for w in self.workers
-                if w.handle is not None and self.pid_of[w.index] is not None]
+        return [w.handle.pid for w in self.workers
+                if w.handle is not None and w.handle.pid is not None]
 
 
 PER_NODE_ONLY = ("nodes", "start_method", "spin_us", "step_channel")
@@ -674,6 +676,8 @@ class RayVecEnv(DeszooVecEnv):
     @classmethod
     def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
         import_ray()  # ImportError saying how to install it
+        if cls.per_node:
+            return cls(spec, seed, opts)
         if opts["per_node"]:  # make_vec builds those with RayNodeVecEnv
             raise ConfigError("per_node=True: build it with make_vec(..., backend='ray', "
                               "per_node=True) or deszoo.vector.ray_nodes.RayNodeVecEnv")

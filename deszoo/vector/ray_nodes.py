@@ -7,7 +7,7 @@ from typing import Any
 
 from deszoo.errors import ConfigError
 from deszoo.vector import _procs
-from deszoo.vector.base import DeszooVecEnv, VecSpec
+from deszoo.vector.base import VecSpec
 from deszoo.vector.pool import Transport, Worker
 from deszoo.vector.ray_backend import ActorHost, RayTransport, RayVecEnv, alive_nodes, ensure_ray
 from deszoo.vector.shm import ShmTransport
@@ -21,8 +21,7 @@ NODE_ACTOR_OPTIONS = {"max_restarts": 0, "max_task_retries": 0, "num_cpus": 0}
 
 def share(total: int, weights: list[int]) -> list[int]:
     """Split ``total`` in proportion to ``weights`` (largest remainders get the rest)."""
-    s = sum(weights)
-    exact = [total * w / s for w in weights]
+    exact = [total * w / sum(weights) for w in weights]
     out = [int(e) for e in exact]
     for k in sorted(range(len(weights)), key=lambda k: (out[k] - exact[k], k))[: total - sum(out)]:
         out[k] += 1
@@ -55,8 +54,8 @@ class RayNodeTransport(RayTransport):
     def describe(self, w: Worker) -> str:
         node = self.nodes[self.node_of[w.index]]
         where = f"pid {node.pid} on {node.ip}" if node.pid is not None else "not started"
-        pid = self.pid_of[w.index]
-        pid = f"pid {pid}" if w.handle is not None and pid is not None else "not running"
+        slot = w.handle
+        pid = f"pid {slot.pid}" if slot is not None and slot.pid is not None else "not running"
         return (f"ray node actor {node.index} ({where}), its shm worker "
                 f"{w.index - node.workers[0]} ({pid}, envs {w.first}..{w.first + w.count - 1})")
 
@@ -66,10 +65,6 @@ class RayNodeVecEnv(RayVecEnv):
     backend="ray", per_node=True)``, with the options of :class:`RayVecEnv`."""
 
     per_node = True
-
-    @classmethod
-    def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
-        return cls(spec, seed, opts)
 
     def __init__(self, spec: VecSpec, seed: int | None, opts: dict[str, Any]):
         _procs.context(opts["start_method"])  # ConfigError before Ray starts
