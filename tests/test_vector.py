@@ -1019,3 +1019,18 @@ def test_sync_steps_run_few_python_frames():
         rr = _step_frames("roundrobin", n)
         assert sum(rr.values()) <= 6 + 2 * n, rr
         assert not any(f in ("signal.py", "threading.py") for f, _ in rr), rr
+
+
+def test_no_class_in_the_package_is_over_400_lines():
+    """Issue 32's bound on class size (DeszooVecEnv was 912 lines, then 409)."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(deszoo.__file__).parent
+    big = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno >= 400:
+                big.append(f"{path.relative_to(root)}:{node.name} "
+                           f"({node.end_lineno - node.lineno + 1} lines)")
+    assert not big, big

@@ -351,9 +351,7 @@ class DeszooVecEnv(VectorEnv):
             Worker(w, first, count, self.agents_per_sim)
             for w, (first, count) in enumerate(split(self.num_sims, num_workers))
         ]
-        # Async mode (EnvPool style): ``recv`` returns the first ``batch_size`` envs.
         sims = self.num_sims
-        # The rules declared with the options (batch_size against the workers, ...).
         check_rules(self.declared(), {**opts, "num_sims": sims},
                     f"make_vec(backend={self.backend!r})")
         batch = sims if opts["batch_size"] is None else opts["batch_size"]
@@ -383,7 +381,7 @@ class DeszooVecEnv(VectorEnv):
                     raise VectorEnvError(
                         f"{self.describe(w)} could not build its envs: " + (r.detail or r.kind))
         except BaseException:
-            self._close_quietly()
+            self.close()
             raise
 
     def _transport(self, opts: dict[str, Any]) -> Transport:
@@ -406,18 +404,10 @@ class DeszooVecEnv(VectorEnv):
         self._hook = self.batch.hook = self.faults.hook = self.life.hook = hook
         self.pool.set_hook(hook)
 
-    # ---- faults -------------------------------------------------------------------------
     def _settled(self, replies: list[Reply]) -> None:
         """A sync call's replies are handled: drop them, READY (no Ctrl-C meanwhile)."""
         self.pool.forget(replies)
         self.life.to(State.READY)
-
-    def _close_quietly(self) -> None:
-        try:
-            if "transport" in self.__dict__:
-                self.transport.close()
-        finally:
-            self.life.to(State.CLOSED)
 
     # ---- the Gymnasium API --------------------------------------------------------------
     def reset(self, *, seed=None, options=None):
@@ -457,9 +447,8 @@ class DeszooVecEnv(VectorEnv):
         if hook is not None:
             hook("before")
         act = self._act
-        # Hot-path shortcut for the usual integer array: one copy and the largest action
-        # seen unsigned (a negative one wraps to a huge value); argmax is a third of the
-        # cost of max on small arrays. check_actions names the bad row.
+        # Hot-path shortcut for an integer array: one copy, the largest action seen unsigned
+        # (negatives wrap; argmax costs a third of max here); check_actions names the row.
         if (self._discrete and type(actions) is np.ndarray and actions.shape == act.shape
                 and actions.dtype.kind in "iu"):
             act[...] = actions
@@ -542,9 +531,9 @@ class DeszooVecEnv(VectorEnv):
         return out
 
     def _recv_results(self, rows: np.ndarray) -> tuple:
-        obs, rew, term, trunc, infos = self.batch.results(rows)
+        *out, infos = self.batch.results(rows)
         infos["env_id"] = rows.copy()
-        return obs, rew, term, trunc, infos
+        return (*out, infos)
 
     def send(self, actions: Any, env_id: Any = None) -> None:
         """Actions for the rows of the last :meth:`recv` (``env_id``, if given, must match)."""
