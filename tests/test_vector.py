@@ -1034,3 +1034,14 @@ def test_no_class_in_the_package_is_over_400_lines():
                 big.append(f"{path.relative_to(root)}:{node.name} "
                            f"({node.end_lineno - node.lineno + 1} lines)")
     assert not big, big
+
+
+def test_tests_patch_no_private_name():
+    """Issue 32: a rename inside the package must not break tests that should not care."""
+    import pathlib
+
+    pattern = re.compile(r"""(?:setattr|patch(?:\.object)?)\([^)]*["']_(?!_)\w+["']""")
+    here = pathlib.Path(__file__).parent
+    found = [f"{p.name}:{n}" for p in here.rglob("*.py")
+             for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, found

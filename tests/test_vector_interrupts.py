@@ -339,7 +339,7 @@ def test_a_step_whose_hand_out_is_cut_twice_steps_every_env(monkeypatch):
     to test.)"""
     from deszoo.vector.shm import ShmTransport
 
-    hand_out = ShmTransport._hand_out
+    hand_out = ShmTransport.hand_out
     left = {"cuts": 2}
 
     def cut_between(self, ws, state, code):
@@ -357,7 +357,7 @@ def test_a_step_whose_hand_out_is_cut_twice_steps_every_env(monkeypatch):
         ref.reset()
         infos = run_after_cut(vec, ref, infos, steps=2)
         acts = legal_last(infos["action_mask"])
-        monkeypatch.setattr(ShmTransport, "_hand_out", cut_between)
+        monkeypatch.setattr(ShmTransport, "hand_out", cut_between)
         with pytest.raises(KeyboardInterrupt):
             vec.step(acts)
         assert left["cuts"] == 0, "the hand-out was not done again"
@@ -378,7 +378,7 @@ def test_a_ctrl_c_inside_the_hand_out_barrier_leaves_no_lock_taken():
     """``shm``'s hand-out takes and releases a private lock as a memory barrier. A Ctrl-C
     that Python raised right after the lock was taken (at the return from ``acquire``)
     left it taken, and the hand-out done again waited for it for ever (a chaos run hung
-    there: the main thread in ``_hand_out``'s ``acquire``, its watchdog's SIGALRM taken by
+    there: the main thread in ``hand_out``'s ``acquire``, its watchdog's SIGALRM taken by
     the SIGINT thread). Now a hand-out that finds it taken uses a fresh lock: the step is
     done again in full and the run goes on. (The Ctrl-C is raised by a stand-in for the
     lock.)"""

@@ -320,7 +320,7 @@ class ShmTransport(Transport):
                 code |= LAST_ONLY
         else:
             code = CODES[command]
-        self._hand_out(ws, WorkerState(command), code)
+        self.hand_out(ws, WorkerState(command), code)
         if command in PAYLOAD:
             # After the doorbell (a large argument blocks until the worker reads it); a copy
             # sent twice (a hand-out done again) is skipped by the worker.
@@ -337,7 +337,7 @@ class ShmTransport(Transport):
                         p.dead = True
                     p.sent = p.seq
 
-    def _hand_out(self, ws: Sequence[Worker], state: WorkerState, code: int) -> None:
+    def hand_out(self, ws: Sequence[Worker], state: WorkerState, code: int) -> None:
         """Write each worker's command into its slot (once: a hand-out done again keeps
         the sequence number), then ring the sleepers."""
         ctl = self.ctl
@@ -373,7 +373,7 @@ class ShmTransport(Transport):
         code = (STEP_SAME if same_step else CODES["step"]) | LAST_ONLY
         self.handing = (ws, "step", same_step)
         try:
-            self._hand_out(ws, STEP, code)
+            self.hand_out(ws, STEP, code)
         except BaseException:
             finish_hand_out(self)
             raise
