@@ -528,8 +528,11 @@ class RayTransport(Transport):
             try:
                 parts = values[at : at + len(refs)] if values is not None else self.ray.get(refs)
                 at += len(refs)
-                value = parts[0] if len(refs) == 1 else (  # (notes, chunks...)
-                    None if parts[1] is None else np.concatenate(parts[1:]), parts[0])
+                if len(refs) == 1:
+                    value = parts[0]
+                else:  # (notes, chunk 0, ...) -> (block, notes)
+                    notes, first_chunk = parts[0], parts[1]
+                    value = (None if first_chunk is None else np.concatenate(parts[1:]), notes)
             except self.errors as exc:
                 node.lost = True
                 out += _died(ws, f"{self.lost_words}ray: {type(exc).__name__}: {_reason(exc)}")
@@ -608,9 +611,13 @@ class RayTransport(Transport):
             self.close_timeout[0] = 0.0  # a hung actor is not worth waiting for
         self.finalizer()
 
-    def describe(self, w: Worker) -> str:
+    def where(self, w: Worker) -> tuple[_Node, str]:
+        """Worker ``w``'s actor, and where that actor runs in words."""
         node = self.nodes[self.node_of[w.index]]
-        where = f"pid {node.pid} on {node.ip}" if node.pid is not None else "not started"
+        return node, (f"pid {node.pid} on {node.ip}" if node.pid is not None else "not started")
+
+    def describe(self, w: Worker) -> str:
+        _, where = self.where(w)
         return f"ray actor {w.index} ({where}, envs {w.first}..{w.first + w.count - 1})"
 
     def pids(self) -> list[int]:

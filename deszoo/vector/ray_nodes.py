@@ -52,8 +52,7 @@ class RayNodeTransport(RayTransport):
     lost_words = "its node actor was lost; "
 
     def describe(self, w: Worker) -> str:
-        node = self.nodes[self.node_of[w.index]]
-        where = f"pid {node.pid} on {node.ip}" if node.pid is not None else "not started"
+        node, where = self.where(w)
         slot = w.handle
         pid = f"pid {slot.pid}" if slot is not None and slot.pid is not None else "not running"
         return (f"ray node actor {node.index} ({where}), its shm worker "

@@ -20,8 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from gymnasium.vector.async_vector_env import CloudpickleWrapper
-from gymnasium.vector.utils import read_from_shared_memory
+from gymnasium.vector.utils import CloudpickleWrapper, read_from_shared_memory
 
 from deszoo.core.params import integer, optional
 from deszoo.vector import _procs
