@@ -103,10 +103,25 @@ class ActorCritic(nn.Module):
         # No argument checks: they cost more than the small forward pass (rows of a batch).
         return torch.distributions.Categorical(logits=logits, validate_args=False)
 
+    def log_probs(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Each row's log-probabilities of the actions: the logits of :meth:`dist`, computed
+        as it does, without building a distribution (the training loop's hot path)."""
+        logits = self.pi(obs).masked_fill(~mask, -1e8)
+        return logits - logits.logsumexp(dim=-1, keepdim=True)
+
     def act(self, obs: np.ndarray, mask: np.ndarray, greedy: bool = False) -> np.ndarray:
         with torch.no_grad():
             d = self.dist(torch.as_tensor(obs), torch.as_tensor(mask, dtype=torch.bool))
             return (d.probs.argmax(-1) if greedy else d.sample()).numpy()
+
+
+def _adam(net: nn.Module, lr: float) -> torch.optim.Adam:
+    """Adam, fused where torch has it for the CPU (torch >= 2.4): a third of the time of
+    its per-tensor loop on small networks."""
+    try:
+        return torch.optim.Adam(net.parameters(), lr=lr, eps=1e-5, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(net.parameters(), lr=lr, eps=1e-5)
 
 
 def _in_order(out: tuple) -> tuple:
@@ -230,7 +245,7 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
     state_dim = first.sim_spec.state_space.shape[0] if centralised else 0
     net = ActorCritic(first.single_observation_space.shape[0], first.n_actions, hidden,
                       state_dim)
-    opt = torch.optim.Adam(net.parameters(), lr=lr, eps=1e-5)
+    opt = _adam(net, lr)
     keys = ("obs", "crit", "mask", "act", "logp", "val", "rew", "done", "disc")
 
     def critic_input(o: np.ndarray, states: np.ndarray | None) -> torch.Tensor:
@@ -240,11 +255,11 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
         o = torch.as_tensor(obs)
         c = critic_input(obs, infos.get("state"))
         m = torch.as_tensor(infos["action_mask"], dtype=torch.bool)
-        with torch.no_grad():
-            d, val = net.dist(o, m), net.v(c).squeeze(-1)
-            act = d.sample()
-            logp = d.log_prob(act)
-        return o, c, m, act, logp, val
+        with torch.no_grad():  # Categorical's sample and log_prob, without its overhead
+            lp, val = net.log_probs(o, m), net.v(c).squeeze(-1)
+            act = torch.multinomial(lp.softmax(-1), 1, True)
+            logp = lp.gather(-1, act).squeeze(-1)
+        return o, c, m, act.squeeze(-1), logp, val
 
     def bootstrap(infos: dict, cut: np.ndarray) -> np.ndarray:
         final = critic_input(infos["final_obs"], infos["final_info"].get("state"))
@@ -296,13 +311,16 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
         b_ret = b_adv + b_val
         for _ in range(epochs):  # ---- clipped PPO update
             for idx in torch.randperm(len(b_adv)).split(minibatch):
-                d = net.dist(b_obs[idx], b_mask[idx])
-                ratio = (d.log_prob(b_act[idx]) - b_logp[idx]).exp()
+                lp = net.log_probs(b_obs[idx], b_mask[idx])
+                ratio = (lp.gather(-1, b_act[idx].unsqueeze(-1)).squeeze(-1) - b_logp[idx]).exp()
                 a = b_adv[idx]
                 a = (a - a.mean()) / (a.std() + 1e-8)
                 pg = -torch.min(ratio * a, ratio.clamp(1 - clip, 1 + clip) * a).mean()
                 v_loss = (net.v(b_crit[idx]).squeeze(-1) - b_ret[idx]).pow(2).mean()
-                loss = pg + 0.5 * v_loss - ent_coef * d.entropy().mean()
+                loss = pg + 0.5 * v_loss
+                if ent_coef:  # Categorical's entropy (with 0, the same loss and gradients)
+                    p_log_p = lp.clamp(min=torch.finfo(lp.dtype).min) * lp.softmax(-1)
+                    loss = loss + ent_coef * p_log_p.sum(-1).mean()
                 opt.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(net.parameters(), 0.5)
