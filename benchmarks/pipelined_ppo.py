@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--num-envs", type=int, default=32, help="simulations")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--backend", default="shm")
-    p.add_argument("--timesteps", type=int, default=32_768, help="per run")
+    p.add_argument("--timesteps", type=int, default=131_072, help="per run")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--forms", default="sync,halves,pipelined")
     p.add_argument("--spin-us", type=int, default=None, help="shm's spin_us (default: its own)")

@@ -17,7 +17,7 @@ def test_rows_put_the_chain_first_and_pipeline_only_multiprocess_backends():
         ("supersuit-chain", "supersuit", 2),
         ("sb3", "roundrobin", 0), ("sb3", "shm", 2),
         ("ppo-loop", "roundrobin", 0), ("ppo-loop", "shm", 2),
-        ("ppo-loop-pipelined", "shm", 2),
+        ("ppo-loop-halves", "shm", 2), ("ppo-loop-pipelined", "shm", 2),
     ]
 
 
@@ -60,7 +60,9 @@ def test_train_run_measures_every_learner(tmp_path, capsys):
     result = json.loads(out.read_text())
     rows = result["rows"]
     assert [r["learner"] for r in rows] == ["supersuit-chain", "sb3", "sb3", "ppo-loop",
-                                            "ppo-loop", "ppo-loop-pipelined"]
+                                            "ppo-loop", "ppo-loop-halves", "ppo-loop-pipelined"]
+    assert "pipelined, jobshop_v0/small 2 sims on shm with 2 workers: " in printed
+    assert "x its synchronous form (halves), " in printed and "x the plain loop (sync)" in printed
     for r in rows:
         assert r["error"] is None, r
         # 2 sims x 3 agents = 6 rows, 64 steps a rollout: 600 rounds up to 2 rollouts
@@ -136,3 +138,19 @@ def test_train_autotune_sweeps_workers_and_spin_and_recommends(tmp_path, capsys)
     assert "shm spin 0" in printed
     assert "fastest for ppo-loop: 2 sims on" in printed
     assert "deszoo.vector.make_vec('jobshop_v0', num_sims=2" in printed
+
+
+def test_pipeline_lines_compare_with_both_synchronous_forms():
+    def row(learner, rate, backend="shm", sims=32):
+        return {"scenario": "jobshop_v0", "preset": "default", "learner": learner,
+                "backend": backend, "num_sims": sims, "num_workers": 2, "spin_us": None,
+                "timesteps_per_s": rate, "error": None}
+
+    result = {"rows": [row("supersuit-chain", 10.0, "supersuit"), row("ppo-loop", 50.0),
+                       row("ppo-loop-halves", 40.0), row("ppo-loop-pipelined", 54.0),
+                       row("ppo-loop-pipelined", 9.0, sims=8)]}
+    assert train.pipeline_lines(result) == [
+        "pipelined, jobshop_v0/default 32 sims on shm with 2 workers: 1.35x its synchronous "
+        "form (halves), 1.08x the plain loop (sync)"]
+    result["rows"].append({**row("ppo-loop-halves", 0.0, sims=8), "error": "boom"})
+    assert len(train.pipeline_lines(result)) == 1  # a failed row compares with nothing

@@ -94,7 +94,7 @@ def test_bench_train_takes_a_users_env(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     rows = json.loads(out.read_text())["rows"]
     assert {r["learner"] for r in rows} == {"supersuit-chain", "sb3", "ppo-loop",
-                                            "ppo-loop-pipelined"}
+                                            "ppo-loop-halves", "ppo-loop-pipelined"}
     for r in rows:
         assert r["scenario"] == "carwash_env:CarwashEnv" and r["preset"] == "small", r
         assert r["error"] is None and r["timesteps"] >= 256, r

@@ -101,7 +101,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        "(with --train: for a training loop)")
     b.add_argument("--train", action="store_true",
                    help="timesteps/s inside PPO training (SB3 through to_sb3, the "
-                   "SuperSuit chain, deszoo's PPO loop sync and pipelined) with the "
+                   "SuperSuit chain, deszoo's PPO loop sync, in halves and pipelined) with the "
                    "share of env steps, inference and updates; default jobshop_v0, "
                    "8 envs, roundrobin and shm; needs torch and 'deszoo[sb3]'. With "
                    "--autotune ENV: deszoo's PPO loop (or --learners) on roundrobin and "
@@ -122,7 +122,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="worker counts for multiprocess modes")
     b.add_argument("--learners", type=cliargs.names, metavar="L,M",
                    help="with --train: learners (default all: supersuit-chain, sb3, "
-                   "ppo-loop, ppo-loop-pipelined)")
+                   "ppo-loop, ppo-loop-halves, ppo-loop-pipelined)")
     b.add_argument("--envs-per-worker", type=cliargs.positive_ints, metavar="E,F",
                    help="with --autotune: envs per worker to try (default 1,2,4,8,16)")
     b.add_argument("--steps", type=cliargs.positive_int, metavar="N",
@@ -375,7 +375,7 @@ def _train_plan(args: argparse.Namespace) -> BenchPlan:
     rows = [r for r in train_rows(scenarios, learners, backends, num_sims, workers, spins)
             if r.num_workers <= r.num_sims]
     if not rows:
-        raise ConfigError("--train: no row to run (ppo-loop-pipelined runs on multiprocess "
+        raise ConfigError("--train: no row to run (the loop's halves run on multiprocess "
                           "backends only)")
     return BenchPlan(None, None, TrainPlan(rows, settings))
 
@@ -588,6 +588,8 @@ def _run_train(args: argparse.Namespace, plan, console, command: str) -> int:
         for row in result["rows"]:
             table.add_row(*train.row_cells(row))
         console.print(table, crop=False)
+    for line in train.pipeline_lines(result):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         console.print(f"wrote {args.out}", highlight=False)

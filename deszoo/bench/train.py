@@ -21,8 +21,12 @@ Learners (:data:`LEARNERS`), each on the same settings (:class:`TrainSettings`, 
   ``PPO("MlpPolicy")``;
 * ``sb3``: the same PPO through ``to_sb3(make_vec(..., backend=B))``;
 * ``ppo-loop``: deszoo's own loop (:mod:`deszoo.ppo`), ``collect="sync"``, on backend B;
-* ``ppo-loop-pipelined``: the same loop double-buffered over two halves (``send``/``recv``);
-  on multiprocess backends only (in one process there is nothing to overlap).
+* ``ppo-loop-halves``: the same loop over two halves, each ``send`` followed by its ``recv``:
+  the synchronous form of the pipelined loop, bit-identical with it;
+* ``ppo-loop-pipelined``: the loop double-buffered over the two halves (``send``/``recv``).
+
+The two halves' rows run on multiprocess backends only (in one process there is nothing to
+overlap); :func:`pipeline_lines` compares the pipelined loop with both synchronous forms.
 
 Every run builds its vector env untimed (worker start-up is not training), then times
 ``learn`` (SB3) or the loop from its first reset to its last update. Rows alternate within
@@ -52,19 +56,21 @@ __all__ = [
     "TrainSettings",
     "install_hint",
     "missing_packages",
+    "pipeline_lines",
     "recommend",
     "run_once",
     "run_train",
     "train_rows",
 ]
 
-LEARNERS = ("supersuit-chain", "sb3", "ppo-loop", "ppo-loop-pipelined")
+LEARNERS = ("supersuit-chain", "sb3", "ppo-loop", "ppo-loop-halves", "ppo-loop-pipelined")
 """The learners of ``deszoo bench --train``, in the order of its table."""
 
 NEEDS = {
     "supersuit-chain": ("torch", "stable_baselines3", "supersuit"),
     "sb3": ("torch", "stable_baselines3"),
     "ppo-loop": ("torch",),
+    "ppo-loop-halves": ("torch",),
     "ppo-loop-pipelined": ("torch",),
 }
 """The importable packages each learner needs."""
@@ -73,13 +79,16 @@ DEFAULT_BACKENDS = ("roundrobin", "shm")
 """The backends the learners run on unless ``--modes`` says."""
 
 CHAIN = "supersuit-chain"
+# The PPO loop's learners and how each collects (deszoo.ppo.train's ``collect``).
+COLLECT = {"ppo-loop": "sync", "ppo-loop-halves": "halves", "ppo-loop-pipelined": "pipelined"}
 
 
 @dataclass
 class TrainSettings:
     """What every learner of a run trains with, and how much."""
 
-    timesteps: int = 32_768  # per run, rounded up to whole rollouts
+    timesteps: int = 131_072  # per run, rounded up to whole rollouts (runs of 32,768
+    # spread by 25% on 2 cores: the first update's start-up is a large part of them)
     n_steps: int = 64  # steps per row per rollout
     minibatch: int = 512
     epochs: int = 2
@@ -126,7 +135,7 @@ def train_rows(scenarios: list[tuple[str, str]], learners: list[str], backends: 
                num_sims: list[int], workers: list[int],
                spins: tuple[float | None, ...] = (None,)) -> list[TrainRow]:
     """Every row of a run: per scenario, batch size and worker count, the chain first, then
-    each other learner on each backend (``ppo-loop-pipelined`` on multiprocess ones);
+    each other learner on each backend (the loop's halves on multiprocess ones);
     ``shm`` once per ``spins`` value (``None``: its default spin)."""
     unknown = [lr for lr in learners if lr not in LEARNERS]
     if unknown:
@@ -140,9 +149,8 @@ def train_rows(scenarios: list[tuple[str, str]], learners: list[str], backends: 
                         rows.append(TrainRow(name, preset, learner, "supersuit", n, w))
                         continue
                     for b in backends:
-                        if learner == "ppo-loop-pipelined" and b == "roundrobin":
-                            continue
-                        if learner == "ppo-loop-pipelined" and n < 2:
+                        if COLLECT.get(learner, "sync") != "sync" and (b == "roundrobin"
+                                                                       or n < 2):
                             continue
                         for spin in spins if b == "shm" else (None,):
                             rows.append(TrainRow(name, preset, learner, b, n,
@@ -252,7 +260,7 @@ def _loop_run(row: TrainRow, s: TrainSettings):
     ppo.train(source, timesteps=updates * rollout, num_envs=row.num_sims, seed=s.seed,
               n_steps=s.n_steps, epochs=s.epochs, minibatch=s.minibatch, hidden=s.hidden,
               backend=row.backend, num_workers=row.num_workers or None,
-              collect="pipelined" if row.learner == "ppo-loop-pipelined" else "sync",
+              collect=COLLECT[row.learner],
               phases=phases, **kwargs, **_backend_options(row))
     return updates * rollout, phases
 
@@ -366,6 +374,29 @@ def caption(result: dict[str, Any]) -> str:
             f"({m['cpu_model']}); load average {load(m['load_average_start'])} at the "
             f"start, {load(m['load_average_end'])} at the end; free cores "
             f"{m['free_cores_start']} / {m['free_cores_end']}.")
+
+
+def pipeline_lines(result: dict[str, Any]) -> list[str]:
+    """The pipelined loop's speed over its synchronous form (``halves``) and over the plain
+    loop (``sync``), per scenario, batch and workers that ran both."""
+    rates = {(r["scenario"], r["preset"], r["num_sims"], r["num_workers"], r["backend"],
+              r.get("spin_us"), r["learner"]): r["timesteps_per_s"]
+             for r in result["rows"] if r["error"] is None and r["learner"] in COLLECT}
+    lines = []
+    for key, rate in rates.items():
+        if key[-1] != "ppo-loop-pipelined":
+            continue
+        halves, sync = rates.get((*key[:-1], "ppo-loop-halves")), rates.get((*key[:-1], "ppo-loop"))
+        if halves is None and sync is None:
+            continue
+        label = _row({"scenario": key[0], "preset": key[1], "learner": key[6], "backend": key[4],
+                      "num_sims": key[2], "num_workers": key[3], "spin_us": key[5]}).label
+        parts = [f"{rate / ref:.2f}x {name}" for name, ref in
+                 (("its synchronous form (halves)", halves), ("the plain loop (sync)", sync))
+                 if ref is not None]
+        lines.append(f"pipelined, {key[0]}/{key[1]} {key[2]} sims on {label} with {key[3]} "
+                     f"workers: " + ", ".join(parts))
+    return lines
 
 
 def tune_workers(cores: int, num_sims: int) -> list[int]:
