@@ -337,9 +337,8 @@ class RayTransport(Transport):
     lost_words = ""  # what a worker's death in a Ray call of its actor says first
 
     def __init__(self, spec: VecSpec, workers: list[Worker], same_step: bool,
-                 actor_options: dict | None, close_timeout: float,
-                 groups: list[tuple[str | None, int]] | None = None,
-                 pool_options: dict | None = None, chunk_bytes: int = CHUNK,
+                 actor_options: dict | None, close_timeout: float, pool_options: dict,
+                 groups: list[tuple[str | None, int]] | None = None, chunk_bytes: int = CHUNK,
                  channels: bool = False):
         ray = import_ray()
         from ray.exceptions import GetTimeoutError, RayError
@@ -354,7 +353,7 @@ class RayTransport(Transport):
         self.actor_cls = _ACTOR_CLASSES[key]
         self.placement = "scheduling_strategy" not in (actor_options or {})
         self.bufs = Buffers(spec.layout)
-        self.pool_options = pool_options or {"timeout": 60.0}
+        self.pool_options = pool_options
         self.chunk_bytes, self.channels = chunk_bytes, channels
         self.early: list[Reply] = []  # replies known without asking (a lost actor)
         self.handles: list = []  # what the finalizer kills
@@ -699,7 +698,7 @@ class RayVecEnv(DeszooVecEnv):
     def _ray_transport(self, opts: dict[str, Any]) -> Transport:  # one actor per worker
         return RayTransport(self.sim_spec, self._workers, self._same_step,
                             opts["actor_options"], opts["close_timeout"],
-                            pool_options={"timeout": self.timeout}, chunk_bytes=self.chunk_bytes)
+                            {"timeout": self.timeout}, chunk_bytes=self.chunk_bytes)
 
     def actor_pids(self) -> list[int]:
         """Process ids of the Ray actors (by actor index; for ``ray`` the workers)."""

@@ -80,8 +80,8 @@ class RayNodeVecEnv(RayVecEnv):
         ids, cpus = zip(*self.nodes, strict=True)
         groups = list(zip(ids, share(self.num_workers, list(cpus)), strict=True))
         transport = RayNodeTransport(self.sim_spec, self._workers, self._same_step,
-                                     opts["actor_options"], opts["close_timeout"], groups,
-                                     pool_options, self.chunk_bytes,
+                                     opts["actor_options"], opts["close_timeout"],
+                                     pool_options, groups, self.chunk_bytes,
                                      opts["step_channel"] is not False)
         # A pool reports a hung worker after ``timeout``: a node actor gets a little longer
         # (else a late reply counts as a hang of all its workers, on a busy machine).
