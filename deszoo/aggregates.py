@@ -344,8 +344,9 @@ def render_section(entries: Iterable[dict[str, Any]], scenarios: Iterable[str],
     """The page's "Across tasks" section (Markdown lines) over the newest ``scenarios`` at
     :data:`PRESETS`: per task and learner the normalised score and the paired difference to
     random, then each learner's interquartile mean and mean with bootstrap intervals.
-    ``notes`` maps (scenario, preset, learner) to the reason a learner fails, shown beside
-    its verdict. ``page``: with the profile plot and the export (the docs page)."""
+    ``notes`` maps (scenario, preset, learner) to a note on its runs (why it fails, or what
+    it learned), shown beside its verdict. ``page``: with the profile plot and the export
+    (the docs page)."""
     from deszoo.scores import SEEDS
 
     tasks = tasks_from(entries, scenarios)
@@ -375,7 +376,7 @@ def render_section(entries: Iterable[dict[str, Any]], scenarios: Iterable[str],
             runs = t.scores(learner)
             spread = f" ({runs.min():.2f} to {runs.max():.2f})" if len(runs) > 1 else ""
             note = notes.get((t.scenario, t.preset, learner))
-            if note and line != "passes":
+            if note:
                 line += f": {note}"
             lines.append(f"| `{t.scenario}` {t.preset} | {learner} | {len(runs)} | "
                          f"{score:.2f}{spread} | {p.mean:+.1f} [{p.lo:+.1f}, {p.hi:+.1f}] | "

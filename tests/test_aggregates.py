@@ -152,15 +152,19 @@ def test_marl_eval_layout():
     json.dumps(data)  # plain JSON
 
 
-def test_render_section_says_where_a_learner_fails():
+def test_render_section_says_where_a_learner_fails_and_what_one_learned():
     entries = [_entry("s_v0", "small", "random", [0, 1, 0, 1]),
                _entry("s_v0", "small", "heuristic", [10, 11, 10, 11]),
                _entry("s_v0", "small", "Good", [9, 10, 9, 10]),
+               _entry("s_v0", "small", "Rule", [9, 10, 9, 10]),
                _entry("s_v0", "small", "Weak", [3, 4, 3, 4])]
-    text = "\n".join(render_section(entries, ["s_v0"], {("s_v0", "small", "Weak"): "loops"}))
+    notes = {("s_v0", "small", "Weak"): "loops", ("s_v0", "small", "Rule"): "a one-line rule"}
+    text = "\n".join(render_section(entries, ["s_v0"], notes))
     good = next(line for line in text.splitlines() if "| Good |" in line)
+    rule = next(line for line in text.splitlines() if "| Rule |" in line)
     weak = next(line for line in text.splitlines() if "| Weak |" in line)
     assert good.endswith("| passes |") and "0.90" in good
+    assert rule.endswith("| passes: a one-line rule |")  # a passing learner's note is shown too
     assert "below half the random-to-heuristic gap" in weak and weak.endswith(": loops |")
     assert "| Weak | 1 | 1 |" in text  # its IQM row: 1 task, 1 run
 
