@@ -488,7 +488,7 @@ def test_make_vec_rejects_bad_arguments():
         make_vec("jobshop_v0", 2, backend="roundrobin", num_workers=2)
     with pytest.raises(ConfigError, match="num_workers=0 must be None or a positive int"):
         make_vec("jobshop_v0", 2, backend="shm", num_workers=0)
-    with pytest.raises(ConfigError, match="more than num_envs"):
+    with pytest.raises(ConfigError, match="num_workers=3 is more than num_sims=2"):
         make_vec("jobshop_v0", 2, backend="shm", num_workers=3)
     with pytest.raises(ConfigError, match="on_error"):
         make_vec("jobshop_v0", 2, backend="roundrobin", on_error="ignore")
@@ -499,6 +499,33 @@ def test_make_vec_rejects_bad_arguments():
             make_vec("jobshop_v0", 2, backend="roundrobin", seed=bad)
     with pytest.raises(ConfigError, match="batch_size"):
         make_vec("jobshop_v0", 4, backend="shm", num_workers=2, batch_size=3)
+
+
+def test_a_first_seed_that_leaves_no_seed_for_the_last_env_is_refused_up_front():
+    """Env i gets seed + i: a first seed past 2**32 - num_sims is a ConfigError that names
+    the seed given and its bound, at make_vec and at reset (it was accepted by make_vec,
+    and the first reset failed on seed=4294967296, a seed nobody gave)."""
+    with pytest.raises(ConfigError, match=r"seed=4294967295 is too large for 2 envs.*"
+                                          r"at most 2\*\*32 - 2 \(4294967294\)"):
+        make_vec(toy(), 2, backend="roundrobin", seed=2**32 - 1)
+    vec = make_vec(toy(), 2, backend="roundrobin", seed=2**32 - 2)
+    try:
+        vec.reset()
+        with pytest.raises(ConfigError, match=r"reset: seed=4294967295 is too large"):
+            vec.reset(seed=2**32 - 1)
+        vec.reset(seed=[2**32 - 1, 0])  # a list of one seed per env is taken as it is
+    finally:
+        vec.close()
+
+
+def test_a_factory_that_is_not_one_is_a_config_error():
+    """A factory that needs arguments, or returns no env, is a ConfigError saying so (they
+    were a TypeError from the call and an AttributeError 'int' object has no 'close')."""
+    with pytest.raises(ConfigError, match="cannot be called with no arguments.*"
+                                          "functools.partial"):
+        make_vec(lambda preset: toy()(), 2, backend="roundrobin")
+    with pytest.raises(ConfigError, match="int is not a PettingZoo ParallelEnv"):
+        make_vec(lambda: 5, 2, backend="roundrobin")
 
 
 # option, a wrong value, what the message says is expected (issue 19: these were accepted;
@@ -523,7 +550,9 @@ WRONG_TYPES = [
     ("close_timeout", 2**63, "a finite number x with 0 <= x <= 1,000,000"),  # close() overflowed
     ("close_timeout", 1e300, "a finite number x with 0 <= x <= 1,000,000"),
     ("close_timeout", -1, "a finite number x with 0 <= x <= 1,000,000"),
-    ("start_method", 3, "None or a str"),
+    ("start_method", 3, "None or one of 'fork', 'spawn', 'forkserver'"),
+    # was refused only when the workers started, after an env was built, without the call
+    ("start_method", "thread", "None or one of 'fork', 'spawn', 'forkserver'"),
 ]
 
 

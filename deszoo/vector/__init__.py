@@ -15,6 +15,7 @@ for the same seed and actions; see ``docs/vector.md``.
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import CloudpickleWrapper
 
 from deszoo.core.arrays import is_array_env
-from deszoo.core.config import check_seed
+from deszoo.core.config import check_first_seed, check_seed
 from deszoo.core.memory import check_fits, env_bytes
 from deszoo.core.params import plain
 from deszoo.errors import ConfigError
@@ -88,6 +89,15 @@ def _spec(env: str | Callable[[], Any], num_sims: int, env_kwargs: dict) -> VecS
                 f"make_vec got a factory and keyword arguments {sorted(env_kwargs)}; a factory "
                 "takes no arguments (bind them with functools.partial)"
             )
+        try:
+            inspect.signature(env).bind()
+        except TypeError as exc:
+            raise ConfigError(
+                f"make_vec: the factory {env!r} cannot be called with no arguments ({exc}); "
+                "give a zero-argument factory (bind its arguments with functools.partial)"
+            ) from None
+        except ValueError:  # no signature to read (some builtins): the call will tell
+            pass
         factory = CloudpickleWrapper(env)  # lambdas work under spawn
     else:
         raise ConfigError(f"env must be a registered name or a zero-argument factory, got {env!r}")
@@ -100,7 +110,9 @@ def _spec(env: str | Callable[[], Any], num_sims: int, env_kwargs: dict) -> VecS
         if not is_array_env(probe):  # any other ParallelEnv: through its dict API
             from deszoo.core.adapter import ArrayFactory, ParallelEnvArrays
 
-            probe.close()
+            if callable(getattr(probe, "close", None)):  # not an env: the adapter says so
+                probe.close()
+            probe = None
             probe = ParallelEnvArrays(factory())
             factory = ArrayFactory(factory)
         name = (probe.metadata or {}).get("name", type(probe).__name__)
@@ -123,7 +135,8 @@ def _spec(env: str | Callable[[], Any], num_sims: int, env_kwargs: dict) -> VecS
             state_space=state_space,
         )
     finally:
-        probe.close()
+        if probe is not None:
+            probe.close()
 
 
 def make_vec(
@@ -212,6 +225,7 @@ def make_vec(
         given["num_workers"] = num_workers
     opts = check_options(cls.declared(), given, f"make_vec(backend={backend!r})", names)
     spec = _spec(env, num_sims, env_kwargs)
+    check_first_seed(seed, spec.num_sims, "make_vec(seed=...)")
     return cls.build(spec, seed, opts)
 
 

@@ -21,9 +21,9 @@ import signal
 import threading
 from typing import Any
 
-from deszoo.core.params import optional, real
+from deszoo.core.params import choice, optional, real
 from deszoo.errors import ConfigError
-from deszoo.vector.options import MAX_SECONDS, instance, option
+from deszoo.vector.options import MAX_SECONDS, option
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -37,8 +37,7 @@ __all__ = [
 ]
 
 # The options of every backend that starts processes.
-START_METHOD = option("start_method", None,
-                      optional(instance("a str ('fork', 'spawn' or 'forkserver')", str)),
+START_METHOD = option("start_method", None, optional(choice("fork", "spawn", "forkserver")),
                       "multiprocessing start method of the workers")
 CLOSE_TIMEOUT = option("close_timeout", 5.0, real(0, MAX_SECONDS),
                        "seconds close() waits for the workers to exit before killing them")

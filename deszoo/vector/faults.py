@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from deszoo import errors as _errors
-from deszoo.core.config import check_seed, is_int
+from deszoo.core.config import check_first_seed, check_seed, is_int
 from deszoo.errors import ConfigError, SubEnvError, VectorEnvError
 from deszoo.vector._host import EnvFailure, restart_seed
 from deszoo.vector.batch import Batch
@@ -66,6 +66,7 @@ class Faults:
         if seed is None:
             seeds: list[int | None] = [None] * self.num_sims
         elif is_int(seed):
+            check_first_seed(seed, self.num_sims, "reset")
             seeds = [int(seed) + i for i in range(self.num_sims)]
         elif isinstance(seed, (list, tuple, np.ndarray)):
             seeds = [None if s is None else s for s in seed]

@@ -290,7 +290,7 @@ def resolve_workers(backend: str, num_sims: int, num_workers: int | None, defaul
     if num_workers > num_sims:
         raise ConfigError(
             f"make_vec(backend={backend!r}): num_workers={num_workers} is more than "
-            f"num_envs={num_sims}: each worker hosts at least one env; lower num_workers (or "
+            f"num_sims={num_sims}: each worker hosts at least one env; lower num_workers (or "
             "leave it out: the usable cores, at most one per env)"
         )
     return num_workers
