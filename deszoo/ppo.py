@@ -36,6 +36,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from deszoo.core.config import MAX_SEED
+from deszoo.core.params import Param, check_all, integer, optional, real
 from deszoo.errors import ConfigError
 from deszoo.vector import make_vec, step_seconds, usable_cores
 
@@ -43,6 +45,26 @@ __all__ = ["COLLECT", "PHASES", "ActorCritic", "Phases", "train"]
 
 COLLECT = ("sync", "halves", "pipelined")
 """How :func:`train` collects its rollouts (see the module's docstring)."""
+
+# train's numbers, checked before anything is built (a 0 crashed deep inside, a negative
+# time_scale or a gamma above 1 trained on silently wrong returns).
+_ARGS = {
+    "timesteps": Param(100_000, integer(1), "rows to train for"),
+    "num_envs": Param(16, integer(1), "simulations"),
+    "seed": Param(0, integer(0, MAX_SEED), "seed of torch and of the first sim"),
+    "n_steps": Param(128, integer(1), "steps per rollout"),
+    "epochs": Param(4, integer(0), "passes over each rollout"),
+    "minibatch": Param(512, integer(1), "rows per gradient step"),
+    "lr": Param(3e-4, real(0, open_min=True), "Adam's learning rate"),
+    "gamma": Param(0.99, real(0, 1), "discount"),
+    "lam": Param(0.95, real(0, 1), "GAE lambda"),
+    "clip": Param(0.2, real(0, open_min=True), "PPO's clip range"),
+    "ent_coef": Param(0.0, real(), "entropy bonus"),
+    "hidden": Param(64, integer(1), "units per hidden layer"),
+    "reward_scale": Param(1.0, real(), "reward multiplier"),
+    "time_scale": Param(None, optional(real(0, open_min=True)), "simulated seconds per gamma"),
+    "num_workers": Param(None, optional(integer(1)), "workers in all"),
+}
 
 PHASES = ("env", "inference", "update")
 """The phases :class:`Phases` times; the rest of the wall time is ``other``."""
@@ -200,12 +222,17 @@ def _make_parts(name: str, num_envs: int, collect: str, backend: str,
     if num_envs < 2:
         raise ConfigError(f"train: collect={collect!r} needs at least 2 simulations, "
                           f"got num_envs={num_envs}")
+    if not in_process and num_workers is not None and num_workers > num_envs:
+        raise ConfigError(f"train: num_workers={num_workers} is more than num_envs="
+                          f"{num_envs}: each worker hosts at least one simulation")
     sizes = (num_envs // 2, num_envs - num_envs // 2)
-    workers = num_workers if num_workers is not None else usable_cores()
+    workers = num_workers if num_workers is not None else min(usable_cores(), num_envs)
     parts: list[_Part] = []
     try:
         for i, size in enumerate(sizes):  # the second half's sims get seeds size0 + i
-            w = None if in_process else max(1, workers // 2 + (i < workers % 2))
+            # An odd worker goes to the second half, the larger one: no half gets more
+            # workers than sims.
+            w = None if in_process else max(1, workers // 2 + (i == 1 and workers % 2))
             vec = make_vec(name, size, backend=backend, num_workers=w,
                            seed=seed + i * sizes[0], **vec_kw)
             parts.append(_Part(vec, collect, phases))
@@ -236,6 +263,15 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
     also reads the global state (MAPPO). With ``phases``, the run's wall time by phase is
     added to it. ``kw`` goes to the scenario (``preset="small"``, ...).
     """
+    given = dict(timesteps=timesteps, num_envs=num_envs, seed=seed, n_steps=n_steps,
+                 epochs=epochs, minibatch=minibatch, lr=lr, gamma=gamma, lam=lam, clip=clip,
+                 ent_coef=ent_coef, hidden=hidden, reward_scale=reward_scale,
+                 time_scale=time_scale, num_workers=num_workers)
+    check_all("train", _ARGS, given)
+    for k in ("autoreset_mode", "state"):
+        if k in kw:
+            raise ConfigError(f"train: {k}={kw[k]!r} is train's to set (autoreset_mode="
+                              "'SameStep'; state=True with centralised=True); leave it out")
     torch.manual_seed(seed)
     torch.set_num_threads(1)  # the cores are better spent on the simulation workers
     vec_kw = dict(autoreset_mode="SameStep", state=centralised, **kw)

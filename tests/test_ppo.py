@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from deszoo.errors import ConfigError
@@ -70,6 +72,41 @@ def test_bad_collect_and_too_few_sims_are_config_errors():
         ppo.train("jobshop_v0", collect="halves", **{**KW, "num_envs": 1})
     with pytest.raises(ConfigError, match="unknown phase"):
         ppo.Phases().wrap(print, "sleep")
+
+
+@pytest.mark.parametrize(("name", "value", "expects"), [
+    ("n_steps", 0, "a positive int"),  # ZeroDivisionError
+    ("minibatch", 0, "a positive int"),  # torch's "split_size can only be 0 ..."
+    ("seed", None, "an int in 0..4,294,967,295"),  # TypeError from torch.manual_seed
+    ("time_scale", 0, "None or a finite number > 0"),  # discounts of 0 ** inf, silently
+    ("time_scale", -1.0, "None or a finite number > 0"),  # discounts above 1, silently
+    ("gamma", 2.0, "a finite number x with 0 <= x <= 1"),  # trained, silently
+    ("hidden", 0, "a positive int"),  # an empty network, trained silently
+])
+def test_bad_hyperparameters_are_config_errors_naming_them(name, value, expects):
+    with pytest.raises(ConfigError, match=re.escape(f"train: {name}={value!r} must be "
+                                                    f"{expects}")):
+        ppo.train("jobshop_v0", **{**KW, name: value})
+
+
+def test_options_train_sets_itself_are_refused_in_kw():
+    for k, v in (("state", True), ("autoreset_mode", "NextStep")):  # were TypeErrors
+        with pytest.raises(ConfigError, match=f"train: {k}=.* is train's to set"):
+            ppo.train("jobshop_v0", **{**KW, k: v})
+
+
+@pytest.mark.parametrize("collect", ["halves", "pipelined"])
+def test_the_halves_workers_fit_their_sims(collect, monkeypatch):
+    """The halves split the workers so that neither gets more than it has sims: by default
+    on a machine with more cores than sims (it asked for 4 workers for a half of 2 sims),
+    and for an odd count the user gave (3 workers for 3 sims: 2 for the half of 1)."""
+    kw = {**KW, "timesteps": 1, "n_steps": 2, "epochs": 0}
+    monkeypatch.setattr(ppo, "usable_cores", lambda: 8)
+    ppo.train("jobshop_v0", collect=collect, **kw)
+    monkeypatch.undo()
+    ppo.train("jobshop_v0", collect=collect, **{**kw, "num_envs": 3, "num_workers": 3})
+    with pytest.raises(ConfigError, match="train: num_workers=5 is more than num_envs=4"):
+        ppo.train("jobshop_v0", collect=collect, **{**kw, "num_workers": 5})
 
 
 def test_rows_of_a_recv_are_put_in_row_order():
