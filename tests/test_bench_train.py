@@ -45,6 +45,19 @@ def test_bad_train_arguments_are_usage_errors(argv, capsys):
     assert "deszoo: error:" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("argv", "why"), [
+    (["--num-envs", "2", "--workers", "3", "--learners", "sb3", "--modes", "shm"],
+     "every row has more workers than sims (workers [3], sims [2])"),  # blamed the halves
+    (["--num-envs", "1", "--learners", "ppo-loop-halves"],
+     "the loop's halves run on multiprocess backends only, with at least 2 sims"),
+])
+def test_train_with_no_row_to_run_says_why(argv, why, capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("stable_baselines3")
+    assert main(["bench", "--train", "--scenarios", "jobshop_v0/small", *argv]) == 2
+    assert f"--train: no row to run ({why})" in capsys.readouterr().err
+
+
 def test_train_run_measures_every_learner(tmp_path, capsys):
     """A tiny run of every learner: the table, the JSON, phase shares that add up, and
     timesteps rounded up to whole rollouts."""

@@ -372,11 +372,13 @@ def _train_plan(args: argparse.Namespace) -> BenchPlan:
     workers = args.workers or ([usable_cores()] if not tune else sorted(
         {w for n in num_sims for w in tune_workers(usable_cores(), n)}))
     spins = (None, 0.0) if tune else (None,)
-    rows = [r for r in train_rows(scenarios, learners, backends, num_sims, workers, spins)
-            if r.num_workers <= r.num_sims]
+    every = train_rows(scenarios, learners, backends, num_sims, workers, spins)
+    rows = [r for r in every if r.num_workers <= r.num_sims]
     if not rows:
-        raise ConfigError("--train: no row to run (the loop's halves run on multiprocess "
-                          "backends only)")
+        why = (f"every row has more workers than sims (workers {workers}, sims {num_sims})"
+               if every else "the loop's halves run on multiprocess backends only, with at "
+               "least 2 sims")
+        raise ConfigError(f"--train: no row to run ({why})")
     return BenchPlan(None, None, TrainPlan(rows, settings))
 
 
