@@ -367,6 +367,77 @@ def test_async_api_misuse():
         make_vec(toy(), 5, backend="shm", num_workers=2, batch_size=2)
 
 
+@pytest.mark.parametrize("backend", ["roundrobin", "shm"])
+def test_sync_step_between_async_reset_recv_and_send_is_refused(backend):
+    """Sync mode takes send/recv too; a step() while a reset or step is in flight (SENT) or
+    a recv()'s batch waits for its send() (RECEIVED) is refused, as Gymnasium refuses a
+    step with a call pending. It was accepted: after async_reset() shm returned the reset as
+    the step (its actions dropped); after recv() the batch's replies stayed in the pool, so
+    the next get_attr() returned None per env and left the workers busy, and the step after
+    it was lost (shm: a divergent trajectory)."""
+    opts = {"num_workers": 2} if backend == "shm" else {}
+    vec = make_vec("jobshop_v0", 4, backend=backend, seed=0, preset="small", **opts)
+    ref = make_vec("jobshop_v0", 4, backend="roundrobin", seed=0, preset="small")
+    try:
+        vec.async_reset()
+        _, infos = ref.reset()
+        acts = legal_last(infos["action_mask"])
+        with pytest.raises(deszoo.errors.AlreadyPendingCallError, match="recv"):
+            vec.step(acts)
+        assert vec.state is State.SENT
+        _, _, _, _, infos = vec.recv()
+        with pytest.raises(deszoo.errors.AlreadyPendingCallError, match="send"):
+            vec.step(acts)
+        assert vec.state is State.RECEIVED
+        vec.send(acts)
+        obs, *_ = vec.recv()
+        ref_obs, *_, infos = ref.step(acts)
+        np.testing.assert_array_equal(obs, ref_obs)
+        vec.send(legal_last(infos["action_mask"]))
+        vec.reset(seed=0)  # drops the step in flight: READY, step() as usual
+        assert vec.get_attr("possible_agents") == ref.get_attr("possible_agents")
+        assert not any(w.busy for w in vec.pool.workers) and not vec.pool.replies
+        _, infos = ref.reset(seed=0)
+        acts = legal_last(infos["action_mask"])
+        np.testing.assert_array_equal(vec.step(acts)[0], ref.step(acts)[0])
+    finally:
+        vec.close()
+        ref.close()
+
+
+def test_send_names_the_row_and_env_of_a_bad_action():
+    """An out-of-range action given to send() names its row in the full batch and its env
+    (infos["env_id"]), not its index in the recv()'s batch (row 11, env 3 was "row 5 (env
+    1)")."""
+    vec = make_vec("jobshop_v0", 4, backend="shm", num_workers=2, batch_size=2, seed=0,
+                   preset="small")
+    n = vec.agents_per_sim
+    try:
+        vec.async_reset()
+        for _ in range(20):
+            _, _, _, _, infos = vec.recv()
+            if infos["env_id"][0] == 2 * n:  # worker 1's batch: envs 2 and 3
+                break
+            vec.send(legal_last(infos["action_mask"]))
+        assert infos["env_id"][0] == 2 * n
+        acts = legal_last(infos["action_mask"])
+        acts[-1] = 99
+        with pytest.raises(InvalidActionError, match=rf"^row {4 * n - 1} \(env 3, agent "):
+            vec.send(acts)
+    finally:
+        vec.close()
+
+
+def test_disabled_autoreset_needs_sync_mode():
+    """autoreset_mode="Disabled" with async mode is refused: send() stepped ended envs and
+    the workers reset them at once (NextStep, silently), and a partial reset() drops every
+    step in flight, leaving only async_reset(), which resets every env."""
+    with pytest.raises(ConfigError, match="Disabled.*batch_size"):
+        make_vec(toy(), 4, backend="shm", num_workers=2, batch_size=2,
+                 autoreset_mode="Disabled")
+    make_vec(toy(), 4, backend="roundrobin", batch_size=4, autoreset_mode="Disabled").close()
+
+
 @pytest.mark.parametrize("backend", ["supersuit", "shm"])
 def test_async_call_drops_steps_in_flight(backend):
     """A call in async mode finishes the steps in flight: READY, and recv() says why."""

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from deszoo.errors import WorkerDiedError
+from deszoo.errors import ResetNeededError, WorkerDiedError
 from deszoo.rollouts import legal_last
 from deszoo.vector import make_vec
 from deszoo.vector._host import restart_seed
@@ -197,3 +197,38 @@ def test_recv_cut_as_its_replies_are_handed_over_loses_none(backend, monkeypatch
             assert w.busy or w.index in vec.pool.replies, w
     finally:
         vec.close()
+
+
+@pytest.mark.parametrize("backend", ["shm", "supersuit"])
+def test_worker_lost_in_a_call_with_autoreset_disabled(backend):
+    """autoreset_mode="Disabled": a worker lost in a call sits the next step out and that
+    step reports its envs' restart (truncated, ``restarted``), as in the other modes; the
+    step after it asks for their reset. Before, the next step raised ResetNeededError ("env 0
+    ended its episode") and no step ever reported the truncation."""
+    vec = make_vec("jobshop_v0", 4, backend=backend, preset="small", num_workers=2,
+                   seed=SEED, on_error="restart", autoreset_mode="Disabled", timeout=20.0)
+    ref = make_vec("jobshop_v0", 4, backend="roundrobin", preset="small", seed=SEED,
+                   autoreset_mode="Disabled")
+    n = vec.agents_per_sim
+    lost, kept = slice(0, 2 * n), slice(2 * n, 4 * n)
+    try:
+        infos = three_steps(vec, ref)
+        kill(vec.worker_pids()[0])
+        vec.get_attr("possible_agents")
+        acts = legal_last(infos["action_mask"])
+        obs, rew, term, trunc, infos = vec.step(acts)
+        want = ref.step(acts)
+        assert infos["restarted"][lost].all() and not infos["restarted"][kept].any()
+        assert trunc[lost].all() and not infos["live"][lost].any()
+        np.testing.assert_array_equal(obs[kept], want[0][kept])
+        with pytest.raises(ResetNeededError, match="env 0"):
+            vec.step(legal_last(infos["action_mask"]))
+        mask = np.zeros(vec.num_envs, dtype=bool)
+        mask[lost] = True
+        _, infos = vec.reset(options={"reset_mask": mask})
+        acts = legal_last(infos["action_mask"])
+        obs, *_ = vec.step(acts)
+        np.testing.assert_array_equal(obs[kept], ref.step(acts)[0][kept])
+    finally:
+        vec.close()
+        ref.close()
