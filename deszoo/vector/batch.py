@@ -78,9 +78,10 @@ class Batch:
             # One reduction checks both ends: negatives wrap to huge unsigned values.
             if out.view(np.uint64).max() >= self.n_actions:
                 bad = int(np.flatnonzero((a < 0) | (a >= self.n_actions))[0])
+                row = bad if rows is None else int(rows[bad])  # its row in the full batch
                 raise InvalidActionError(
-                    f"row {bad} (env {bad // self.n}, agent "
-                    f"{self.agents[bad % self.n]!r}) got action "
+                    f"row {row} (env {row // self.n}, agent "
+                    f"{self.agents[row % self.n]!r}) got action "
                     f"{a[bad]}; the action space is Discrete({self.n_actions}), valid actions "
                     f"are 0..{self.n_actions - 1}"
                 )
@@ -90,7 +91,8 @@ class Batch:
         if len(bad_rows):
             bad = int(bad_rows[0])
             raise InvalidActionError(
-                f"row {bad} got action {a[bad].tolist()}; the action space is "
+                f"row {bad if rows is None else int(rows[bad])} got action "
+                f"{a[bad].tolist()}; the action space is "
                 f"MultiDiscrete({nvec.tolist()})"
             )
 
@@ -107,7 +109,7 @@ class Batch:
         if bad.any():
             row = int(np.flatnonzero(bad.any(axis=1))[0])
             raise InvalidActionError(
-                f"row {row} (agent {self.agents[idx[row] % n]!r}) got action "
+                f"row {idx[row]} (agent {self.agents[idx[row] % n]!r}) got action "
                 f"{a[row].tolist()}, outside its Box [{low[row].tolist()}, "
                 f"{high[row].tolist()}] (actions are not clipped; NaN is refused)"
             )
@@ -223,6 +225,8 @@ class Batch:
     def check_no_pending_reset(self) -> None:
         """Disabled autoreset: an env whose episode ended must be reset before a step."""
         ended = ~self.bufs.live.reshape(self.num_sims, self.n).any(axis=1)
+        # Rebuilt outside a step (a worker lost in a call): this step reports the restart.
+        ended &= ~self.held.reshape(self.num_sims, self.n).any(axis=1)
         if ended.any():
             env = int(np.flatnonzero(ended)[0])
             raise ResetNeededError(
