@@ -70,6 +70,19 @@ def _BATCH_FITS(v: dict[str, Any]) -> str | None:
     return None
 
 
+@rule(("autoreset_mode", "batch_size", "num_sims"), "'Disabled' needs sync mode "
+      "(batch_size None or num_sims)")
+def _DISABLED_SYNC(v: dict[str, Any]) -> str | None:
+    batch = v["batch_size"]
+    if AutoresetMode(v["autoreset_mode"]) is not AutoresetMode.DISABLED:
+        return None
+    if batch is None or batch == v["num_sims"]:
+        return None
+    return (f"autoreset_mode='Disabled' needs sync mode (batch_size={batch!r} is below "
+            f"num_sims ({v['num_sims']})): in async mode send() would step ended envs, and "
+            "a partial reset() drops the steps in flight")
+
+
 COMMON_OPTIONS: tuple[Option, ...] = (
     option("batch_size", None, optional(integer(1)),
            "envs per recv() (async mode) when below num_sims", rules=(_BATCH_FITS,)),
@@ -79,7 +92,7 @@ COMMON_OPTIONS: tuple[Option, ...] = (
     option("autoreset_mode", "NextStep",
            named_check("one of 'NextStep', 'SameStep', 'Disabled'",
                        lambda v: isinstance(v, AutoresetMode) or v in _AUTORESET),
-           "Gymnasium's autoreset mode"),
+           "Gymnasium's autoreset mode", rules=(_DISABLED_SYNC,)),
     option("copy", True, flag(), "return copies (True) or views of the batch buffers"),
     option("state", False, flag(), "each env's global state in infos['state'] (per row)"),
 )
@@ -229,8 +242,16 @@ class Lifecycle:
         if call == "step":
             if self.is_async:
                 raise ConfigError(
-                    "step() needs sync mode (batch_size == num_envs); in async mode use "
+                    "step() needs sync mode (batch_size == num_sims); in async mode use "
                     "send/recv")
+            if state is State.SENT:
+                raise AlreadyPendingCallError(
+                    "step() while a reset or step is in flight (async_reset() or send()); "
+                    "recv() its results first, or reset()", "step")
+            if state is State.RECEIVED:
+                raise AlreadyPendingCallError(
+                    "step() after recv(): send() the actions of its batch first, or reset()",
+                    "step")
         elif call == "recv":
             if state is State.RECEIVED:
                 raise AlreadyPendingCallError(
