@@ -428,6 +428,20 @@ def test_send_names_the_row_and_env_of_a_bad_action():
         vec.close()
 
 
+def test_messages_name_num_sims():
+    """num_workers and batch_size are checked against num_sims (simulations), not the rows
+    that num_envs counts; their messages said num_envs."""
+    with pytest.raises(ConfigError, match=r"num_workers=3 is more than num_sims=2"):
+        make_vec(toy(), 2, backend="shm", num_workers=3)
+    vec = make_vec(toy(), 4, backend="shm", num_workers=2, batch_size=2)
+    try:
+        vec.reset()
+        with pytest.raises(ConfigError, match=r"batch_size == num_sims"):
+            vec.step(np.ones(vec.num_envs, dtype=np.int64))
+    finally:
+        vec.close()
+
+
 def test_disabled_autoreset_needs_sync_mode():
     """autoreset_mode="Disabled" with async mode is refused: send() stepped ended envs and
     the workers reset them at once (NextStep, silently), and a partial reset() drops every
