@@ -453,7 +453,9 @@ class DeszooVecEnv(VectorEnv):
         self._bufs.rew[reset_rows] = 0.0
         self._bufs.term[reset_rows] = False
         self._bufs.trunc[reset_rows] = False
-        self._bufs.final[:] = False  # a reset reports no episode ends
+        # A reset reports no episode ends, but those of envs rebuilt in a call (held) are
+        # the next step's to report.
+        self._bufs.final[~self.batch.held] = False
         self.life.recv_workers, self.life.recv_rows = [], None
         self.faults.report(replies, "reset", lambda: self._settled(replies))
         obs, _, _, _, infos = self.batch.results()
