@@ -214,6 +214,33 @@ def test_restart_after_env_exception(name, backend_opts):
         vec.close()
 
 
+@pytest.mark.parametrize("name", ["roundrobin", "shm2"])
+def test_same_step_restart_reports_zeros_for_the_lost_episode(name, backend_opts):
+    """SameStep: a rebuilt env's final_obs and final_info are zeros (the lost episode's last
+    values went with it), not those of an episode that ended earlier."""
+    vec = make_vec(toy(fail_at=2, fail_episode=2, fail_seed=11), 4, seed=10,
+                   on_error="restart", autoreset_mode="SameStep",
+                   **backend_opts(ALL_BACKENDS[name]))
+    hit = slice(3, 6)  # env 1's rows
+    try:
+        _, infos = vec.reset()
+        ended = False
+        for _ in range(200):
+            _, _, _, trunc, infos = vec.step(legal_last(infos["action_mask"]))
+            if infos["restarted"][hit].any():
+                break
+            ended |= bool(infos["_final_obs"][hit].all())
+        else:
+            pytest.fail("env 1 never failed")
+        assert ended  # its first episode ended, so final_info once held its values
+        assert trunc[hit].all() and infos["_final_obs"][hit].all()
+        assert (infos["final_obs"][hit] == 0).all()
+        assert (infos["final_info"]["sim_time"][hit] == 0).all()
+        assert (infos["final_info"]["invalid_count"][hit] == 0).all()
+    finally:
+        vec.close()
+
+
 @pytest.mark.parametrize("name", sorted(PROCESS_BACKENDS))
 def test_restart_after_sigkill_and_mid_step_exit(name, backend_opts):
     """Restart mode: a killed idle worker and a worker dying mid-step are both replaced."""

@@ -184,7 +184,11 @@ class Batch:
             bufs.rew[rows] = 0.0
             bufs.term[rows] = False
             bufs.trunc[rows] = True
+            # The lost episode's last values went with the env: SameStep reports zeros.
             bufs.final_obs[rows] = 0.0
+            bufs.final_count[rows] = 0
+            bufs.final_time[s] = 0.0
+            bufs.final_state[s] = 0.0
             bufs.final[rows] = self.same_step
             if not reset_now:
                 bufs.obs[rows] = 0.0
