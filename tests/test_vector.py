@@ -838,6 +838,13 @@ def test_get_set_call_act_per_simulation(backend):
         assert vec.call("needs_action", 0) == vec.call("needs_action", 0)
         assert vec.get_attr("possible_agents") == (["toy_0", "toy_1", "toy_2"],) * 3
         assert vec.call_envs("get", "max_steps", [2]) == [9]
+        with pytest.raises(ConfigError, match="1 values for 2 envs; 'set' takes one value"):
+            vec.call_envs("set", "max_steps", [0, 2], values=[7])
+        with pytest.raises(ConfigError, match="0 values for 1 envs"):
+            vec.call_envs("set", "max_steps", [2])
+        with pytest.raises(ConfigError, match="'get', 'max_steps'.*the others none"):
+            vec.call_envs("get", "max_steps", [2], values=[7])
+        assert vec.call_envs("set", "max_steps", [2], values=[9]) == [None]
         with pytest.raises(AttributeError, match="no_such_attribute"):
             vec.get_attr("no_such_attribute")
         with pytest.raises(ConfigError, match="one value per env"):

@@ -609,10 +609,13 @@ class DeszooVecEnv(VectorEnv):
         """``get``, ``set`` or ``call`` attribute ``name`` of the envs ``sims`` only."""
         if kind not in ("get", "set", "call"):
             raise ConfigError(f"kind={kind!r}; valid: 'get', 'set', 'call'")
-        sims = list(sims)
+        sims, values = list(sims), tuple(values)
         if any(not is_int(s) or not 0 <= s < self.num_sims for s in sims):
             raise ConfigError(f"env indices {sims} out of range 0..{self.num_sims - 1}")
-        return self._call(Call(kind, name, (), args, kwargs, tuple(values)), sims)
+        if (kind == "set") != bool(values) or (values and len(values) != len(sims)):
+            raise ConfigError(f"call_envs({kind!r}, {name!r}): {len(values)} values for "
+                              f"{len(sims)} envs; 'set' takes one value per env, the others none")
+        return self._call(Call(kind, name, (), args, kwargs, values), sims)
 
     def _call(self, call: Call, sims: Sequence[int] | None = None) -> list:
         self.life.enter("call")
