@@ -167,3 +167,16 @@ def test_pipeline_lines_compare_with_both_synchronous_forms():
         "form (halves), 1.08x the plain loop (sync)"]
     result["rows"].append({**row("ppo-loop-halves", 0.0, sims=8), "error": "boom"})
     assert len(train.pipeline_lines(result)) == 1  # a failed row compares with nothing
+
+
+def test_train_rows_with_more_workers_than_sims_are_left_out_with_a_warning(caplog):
+    from deszoo.bench.cli import check_bench
+    from deszoo.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--train", "--scenarios", "jobshop_v0/small",
+                                      "--num-envs", "2,4", "--workers", "3",
+                                      "--learners", "sb3", "--modes", "shm"])
+    with caplog.at_level("WARNING", logger="deszoo.bench"):
+        plan = check_bench(args)
+    assert [(r.num_sims, r.num_workers) for r in plan.train.rows] == [(4, 3)]
+    assert "--train: 1 row(s) left out: more workers than sims" in caplog.text

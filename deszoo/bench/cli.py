@@ -379,6 +379,8 @@ def _train_plan(args: argparse.Namespace) -> BenchPlan:
                if every else "the loop's halves run on multiprocess backends only, with at "
                "least 2 sims")
         raise ConfigError(f"--train: no row to run ({why})")
+    if len(rows) < len(every):
+        log.warning("--train: %d row(s) left out: more workers than sims", len(every) - len(rows))
     return BenchPlan(None, None, TrainPlan(rows, settings))
 
 
