@@ -205,3 +205,12 @@ def test_elevator_chart_gives_each_car_its_own_lane(n_cars, lanes):
         assert np.array_equal(np.asarray(mesh.get_array()).reshape(n_cars, -1), floors.T)
     plt.close(fig)
     env.close()
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_text_before_reset_says_there_is_no_episode(name, capsys):
+    """As the rgb_array frame does: no model yet, so no AttributeError from the scenario."""
+    text = deszoo.make(name, preset="small", render_mode="ansi").render()
+    assert isinstance(text, str) and "reset()" in text
+    assert deszoo.make(name, preset="small", render_mode="human").render() is None
+    assert capsys.readouterr().out == ""
