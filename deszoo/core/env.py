@@ -296,6 +296,8 @@ class SimPyParallelEnv(Stepper, ParallelEnv):
         if self.render_mode == "rgb_array":
             return self._render_rgb()
         if self.render_mode == "ansi":
+            if self.rng is None:  # never reset: no model to describe (as the rgb_array frame)
+                return f"{self._name}: no episode yet (call reset())"
             return self._render_text()
         if self.render_mode == "human":
             if self.sim is not None:

@@ -162,7 +162,9 @@ class Stepper(Decisions):
         if self._discrete and type(acts) is not list:
             acts = acts.tolist()  # hot path: ints index the mask rows fastest
         if self.episode_over:
-            raise ResetNeededError(f"{self._name}: episode ended; call reset() first")
+            raise ResetNeededError(
+                f"{self._name}: step_arrays() called {self._not_running()}; call reset() first"
+            )
         pending = self._pending
         if self._strict:
             self._invalid.refuse(np.asarray(acts), missing, pending)  # before any change
@@ -184,6 +186,7 @@ class Stepper(Decisions):
         self.sim = None
         self._pending = {}
         self._closed = True
+        self.episode_over = True
 
     def _not_running(self) -> str:
         """Why there is no episode to step (for messages)."""
@@ -245,7 +248,8 @@ class Stepper(Decisions):
                     if t > limit:
                         if limit > sim.now:
                             sim.run(until=limit)
-                        self._flush(limit)
+                        # (max_time moved below the clock mid-episode: book no time backwards)
+                        self._flush(limit if limit >= sim.now else sim.now)
                         self._truncate()
                         break
                 step()
