@@ -861,6 +861,26 @@ def test_get_set_call_act_per_simulation(backend):
         vec.close()
 
 
+def test_call_envs_answers_in_the_order_asked(backend):
+    """call_envs with envs out of order, or one env twice, answers as roundrobin does: one
+    value per env asked, in that order (SuperSuit answered a worker's envs in its order)."""
+    runs = []
+    for opts in (dict(backend="roundrobin"), backend):
+        vec = vec_of(toy(), 4, opts, seed=1)
+        try:
+            vec.reset()
+            vec.set_attr("max_steps", [10, 11, 12, 13])
+            got = [vec.call_envs("get", "max_steps", [3, 1, 0])]
+            got.append(vec.call_envs("set", "max_steps", [2, 2], values=[7, 8]))
+            got.append(vec.get_attr("max_steps"))
+            got.append(vec.call_envs("get", "max_steps", [1, 1, 2]))
+            runs.append(got)
+        finally:
+            vec.close()
+    assert runs[0] == [[13, 11, 10], [None, None], (10, 11, 8, 13), [11, 11, 8]]
+    assert runs[1] == runs[0]
+
+
 def test_reset_mask_resets_only_the_selected_envs(backend):
     """Gymnasium's reset(options={"reset_mask": m}) resets those envs alone."""
     vec = vec_of(toy(), 3, backend, seed=5)
