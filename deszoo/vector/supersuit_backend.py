@@ -98,13 +98,16 @@ class AgentVecEnv:
         i = self.env_index
         if i not in (payload.sims if command == "call" else payload[0]):
             return [{} for _ in range(self.num_envs)]
-        if command == "call":
-            values = (payload.values[payload.sims.index(i)],) if payload.values else ()
-            payload = dataclasses.replace(payload, sims=(0,), values=values)
+        if command == "call":  # each time it is asked for, by its place in the call
+            at = [k for k, s in enumerate(payload.sims) if s == i]
+            values = tuple(payload.values[k] for k in at) if payload.values else ()
+            payload = dataclasses.replace(payload, sims=(0,) * len(at), values=values)
         else:  # rebuild: ({env index: seed}, reset now)
             payload = ({0: payload[0][i]}, payload[1])
         failures, value = self.group.run(command, payload)
-        if command == "rebuild" and payload[1]:  # reset now: the new episode's rows
+        if command == "call":
+            value = list(zip(at, value, strict=True))
+        elif payload[1]:  # a rebuild that reset now: the new episode's rows
             value = (self._rows([]), self.bufs.obs.copy())
         return self._answer((failures, value))
 
@@ -308,6 +311,7 @@ class SuperSuitTransport(Transport):
                 self._put(s, *got[1])
             elif got[1] is not None:
                 values += got[1]
+        values = [v for _, v in sorted(values, key=lambda p: p[0])]  # in the call's order
         return Reply(w.index, "ok", failures, values or None)
 
     def _put(self, s: int, rows: tuple, obs: Any, local: slice = slice(None),
