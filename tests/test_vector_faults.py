@@ -267,6 +267,24 @@ def test_restart_after_sigkill_and_mid_step_exit(name, backend_opts):
 
 
 @pytest.mark.parametrize("name", sorted(PROCESS_BACKENDS))
+def test_event_counts_survive_a_replaced_worker(name, backend_opts):
+    """num_events() counts since the vector env was built: a replaced worker's envs go on
+    from their counts (SuperSuit's started again from 0)."""
+    vec = make_vec(toy(), 4, seed=10, on_error="restart", timeout=20.0,
+                   **backend_opts(PROCESS_BACKENDS[name]))
+    try:
+        _, infos = vec.reset()
+        infos = step_n(vec, infos, 3)
+        before = vec.num_events()
+        os.kill(vec.worker_pids()[0], signal.SIGKILL)
+        time.sleep(0.1)
+        step_n(vec, infos, 3)  # the restart, then the new episode's first steps
+        assert (vec.num_events() > before).all(), (before, vec.num_events())
+    finally:
+        vec.close()
+
+
+@pytest.mark.parametrize("name", sorted(PROCESS_BACKENDS))
 def test_restart_when_a_worker_dies_before_reset(name, backend_opts):
     """A worker killed before the first reset is replaced and the reset goes through; a
     reset starts episodes anyway, so the results equal an undisturbed run's."""
