@@ -39,10 +39,13 @@ class AgentVecEnv:
     """One env as a SuperSuit-style vector env over its agents (``num_envs`` = agents)."""
 
     def __init__(self, factory: Any, env_index: int, layout: Layout, same_step: bool,
-                 reset_seed: Any = NO_RESTART, box: Any = None, action_space: Any = None):
-        self._args = (factory, env_index, layout, same_step, reset_seed, box, action_space)
+                 reset_seed: Any = NO_RESTART, box: Any = None, action_space: Any = None,
+                 events: int = 0):
+        self._args = (factory, env_index, layout, same_step, reset_seed, box, action_space,
+                      events)
         self.env_index, self.same_step = env_index, same_step
         self.bufs = Buffers(dataclasses.replace(layout, num_sims=1))
+        self.bufs.events[0] = events  # its count so far (a replaced worker goes on from it)
         seeds = None if reset_seed is NO_RESTART else [reset_seed]
         self.group = EnvGroup(factory, self.bufs, 0, 1, seeds)
         self.num_envs = layout.n_agents
@@ -201,7 +204,8 @@ class SuperSuitTransport(Transport):
         seeds = [NO_RESTART] * w.count if reset_seeds is None else reset_seeds
         sp = self.spec
         fns = [functools.partial(AgentVecEnv, sp.factory, s, sp.layout, self.same_step,
-                                 seeds[k], sp.obs_box, sp.action_space)
+                                 seeds[k], sp.obs_box, sp.action_space,
+                                 int(self.bufs.events[s]))
                for k, s in enumerate(w.sims)]
         if self.in_process:
             try:
