@@ -264,6 +264,38 @@ def test_worker_lost_in_a_call_then_a_partial_reset_of_other_envs():
         ref.close()
 
 
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_partial_reset_after_a_call_loss_leaves_the_envs_left_out_alone(mode):
+    """A worker lost in a call (envs 0 and 1 rebuilt, held for the next step), then a
+    partial reset of env 0 alone: env 1's rows are left as they were, as on ``shm``.
+    SuperSuit's worker answered every env of the worker, and the parent took env 1's rows
+    from the new env (``_final_obs`` cleared in SameStep, the clock of the unreset env)."""
+    runs = []
+    for backend in ("shm", "supersuit"):
+        vec = make_vec("jobshop_v0", 4, backend=backend, preset="small", num_workers=2,
+                       seed=SEED, on_error="restart", autoreset_mode=mode, timeout=20.0)
+        ref = make_vec("jobshop_v0", 4, backend="roundrobin", preset="small", seed=SEED,
+                       autoreset_mode=mode)
+        n = vec.agents_per_sim
+        try:
+            three_steps(vec, ref)
+            kill(vec.worker_pids()[0])
+            vec.get_attr("possible_agents")
+            mask = np.zeros(vec.num_envs, dtype=bool)
+            mask[:n] = True  # env 0; env 1 shares worker 0
+            obs, infos = vec.reset(seed=100, options={"reset_mask": mask})
+            infos = {**infos, **{f"final_info.{k}": v
+                                 for k, v in infos.pop("final_info", {}).items()}}
+            runs.append({"obs": obs, **infos})
+        finally:
+            vec.close()
+            ref.close()
+    shm, supersuit = runs
+    assert shm.keys() == supersuit.keys()
+    for key in shm:
+        np.testing.assert_array_equal(supersuit[key], shm[key], err_msg=key)
+
+
 @pytest.mark.xfail(strict=True, reason="review rev-faults: not fixed; the envs of a worker lost "
                    "in a partial reset that the mask left out start a new episode that no step "
                    "reports (only the reset's infos['restarted'])")
