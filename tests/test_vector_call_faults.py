@@ -284,8 +284,8 @@ def test_partial_reset_after_a_call_loss_leaves_the_envs_left_out_alone(mode):
             mask = np.zeros(vec.num_envs, dtype=bool)
             mask[:n] = True  # env 0; env 1 shares worker 0
             obs, infos = vec.reset(seed=100, options={"reset_mask": mask})
-            infos = {**infos, **{f"final_info.{k}": v
-                                 for k, v in infos.pop("final_info", {}).items()}}
+            final_info = infos.pop("final_info", {})
+            infos.update({f"final_info.{k}": v for k, v in final_info.items()})
             runs.append({"obs": obs, **infos})
         finally:
             vec.close()
