@@ -80,7 +80,9 @@ class AgentVecEnv:
     def reset(self, seed: int | None = None, options: dict | None = None):
         # deszoo's options: {env index: seed} of the envs of the batch to reset
         plan = (options or {}).get(INFO_KEY, {self.env_index: seed})
-        failures = self.group.reset([plan[self.env_index]]) if self.env_index in plan else []
+        if self.env_index not in plan:  # no answer: the parent leaves its rows alone
+            return self.bufs.obs.copy(), [{} for _ in range(self.num_envs)]
+        failures = self.group.reset([plan[self.env_index]])
         return self.bufs.obs.copy(), self._answer(self._rows(failures))
 
     def step(self, actions):
