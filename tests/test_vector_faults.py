@@ -242,6 +242,25 @@ def test_same_step_restart_reports_zeros_for_the_lost_episode(name, backend_opts
 
 
 @pytest.mark.parametrize("name", sorted(PROCESS_BACKENDS))
+def test_set_attributes_survive_a_replaced_worker(name, backend_opts):
+    """Values given with set_attr or call_envs("set") are given again to the envs of a
+    worker that was replaced (they were lost with its process)."""
+    vec = make_vec(toy(), 4, seed=10, on_error="restart", timeout=20.0,
+                   **backend_opts(PROCESS_BACKENDS[name]))
+    try:
+        _, infos = vec.reset()
+        vec.set_attr("max_steps", [1000, 1000, 7, 7])
+        vec.call_envs("set", "max_steps", [1], values=[5])
+        os.kill(vec.worker_pids()[0], signal.SIGKILL)
+        time.sleep(0.1)
+        _, _, _, _, infos = vec.step(legal_last(infos["action_mask"]))
+        assert infos["restarted"][:6].all()
+        assert vec.get_attr("max_steps") == (1000, 5, 7, 7)
+    finally:
+        vec.close()
+
+
+@pytest.mark.parametrize("name", sorted(PROCESS_BACKENDS))
 def test_restart_after_sigkill_and_mid_step_exit(name, backend_opts):
     """Restart mode: a killed idle worker and a worker dying mid-step are both replaced."""
     vec = make_vec(toy(fail_at=2, fail_kind="exit", fail_seed=13), 4, seed=10,

@@ -638,6 +638,8 @@ class DeszooVecEnv(VectorEnv):
             replies.update(again)
         self.life.to(self.life.resume)
         failures = [f for r in replies.values() for f in r.failures]
+        if call.kind == "set":
+            self.faults.remember(call, sims, failures)
         if failures:  # the caller's mistake (no such attribute, a bad value): its own type
             raise self.faults.call_error(failures)
         out: dict[int, Any] = {}

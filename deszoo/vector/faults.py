@@ -13,7 +13,7 @@ import numpy as np
 from deszoo import errors as _errors
 from deszoo.core.config import check_first_seed, check_seed, is_int
 from deszoo.errors import ConfigError, SubEnvError, VectorEnvError
-from deszoo.vector._host import EnvFailure, restart_seed
+from deszoo.vector._host import Call, EnvFailure, restart_seed
 from deszoo.vector.batch import Batch
 from deszoo.vector.pool import Reply, RestartFailed, WorkerPool, sigint_deferred
 
@@ -56,6 +56,8 @@ class Faults:
         self.base_seed = None if seed is None else int(seed)
         self.sim_seeds: list[int | None] = [None] * self.num_sims
         self.restarts = np.zeros(self.num_sims, dtype=np.int64)
+        # Attributes set on each env (set_attr, call_envs): a replaced worker's envs get them.
+        self.attrs: list[dict[str, Any]] = [{} for _ in range(self.num_sims)]
         self.reset_once = False
         self.hook: Callable[[str], None] | None = None
 
@@ -135,10 +137,22 @@ class Faults:
         raise exc
 
     def restart_worker(self, w: Any, seeds: list, reset_now: bool) -> None:
+        names = dict.fromkeys(name for s in w.sims for name in self.attrs[s])
+        setters = [Call("set", name, tuple(s for s in w.sims if name in self.attrs[s]),
+                        values=tuple(self.attrs[s][name] for s in w.sims
+                                     if name in self.attrs[s]))
+                   for name in names]
         try:
-            self.pool.restart(w, seeds, reset_now)
+            self.pool.restart(w, seeds, reset_now, setters)
         except RestartFailed as exc:
             self.failed(exc)
+
+    def remember(self, call: Call, sims: Sequence[int], failures: Sequence[EnvFailure]) -> None:
+        """The values a ``set`` call gave envs ``sims`` (but those in ``failures``)."""
+        failed = {f.env_index for f in failures}
+        for s, value in zip(sims, call.values, strict=True):
+            if s not in failed:
+                self.attrs[s][call.name] = value
 
     def report(self, replies: Sequence[Reply], command: str,
                settled: Callable[[], None] | None = None) -> None:

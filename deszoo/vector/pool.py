@@ -352,13 +352,26 @@ class WorkerPool:
         if self.hook is not None:
             self.hook("restart")
 
-    def restart(self, w: Worker, seeds: list, reset_now: bool) -> None:
+    def restart(self, w: Worker, seeds: list, reset_now: bool,
+                setters: Sequence[Call] = ()) -> None:
         """Replace worker ``w``; its envs start with ``seeds`` (reset at once with
-        ``reset_now``). Tried :data:`BOOT_ATTEMPTS` times, then :class:`RestartFailed`."""
+        ``reset_now``), once ``setters`` (``set`` calls) gave them their attributes again.
+        Tried :data:`BOOT_ATTEMPTS` times, then :class:`RestartFailed`."""
         for attempt in range(1, BOOT_ATTEMPTS + 1):
             log.warning("restarting %s", self.describe(w))
             self.start(w, seeds)
             r = self.collect([w])[w.index]
+            for c in setters:
+                if r.kind != "booted":
+                    break
+                got = self.exchange([w], "call", {w.index: c})[w.index]
+                if got.kind == "ok" and got.failures:
+                    raise RestartFailed(
+                        f"{self.describe(w)} was restarted but its envs refused {c.name!r} "
+                        "again: " + got.failures[0].message
+                    )
+                if got.kind != "ok":
+                    r = got
             if r.kind == "booted" and reset_now:
                 r = self.exchange([w], "reset", (seeds, None))[w.index]
                 if r.kind == "ok" and r.failures:
