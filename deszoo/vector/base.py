@@ -453,8 +453,7 @@ class DeszooVecEnv(VectorEnv):
         self._bufs.rew[reset_rows] = 0.0
         self._bufs.term[reset_rows] = False
         self._bufs.trunc[reset_rows] = False
-        # A reset reports no episode ends, but those of envs rebuilt in a call (held) are
-        # the next step's to report.
+        # No episode ends, but those of envs rebuilt in a call (held: the next step's).
         self._bufs.final[~self.batch.held] = False
         self.life.recv_workers, self.life.recv_rows = [], None
         self.faults.report(replies, "reset", lambda: self._settled(replies))
@@ -638,8 +637,7 @@ class DeszooVecEnv(VectorEnv):
             replies.update(again)
         self.life.to(self.life.resume)
         failures = [f for r in replies.values() for f in r.failures]
-        if call.kind == "set":
-            self.faults.remember(call, sims, failures)
+        self.faults.remember(call, sims, failures)
         if failures:  # the caller's mistake (no such attribute, a bad value): its own type
             raise self.faults.call_error(failures)
         out: dict[int, Any] = {}

@@ -148,7 +148,10 @@ class Faults:
             self.failed(exc)
 
     def remember(self, call: Call, sims: Sequence[int], failures: Sequence[EnvFailure]) -> None:
-        """The values a ``set`` call gave envs ``sims`` (but those in ``failures``)."""
+        """The values a ``set`` call gave envs ``sims`` (but those in ``failures``); other
+        calls set nothing."""
+        if call.kind != "set":
+            return
         failed = {f.env_index for f in failures}
         for s, value in zip(sims, call.values, strict=True):
             if s not in failed:
