@@ -170,6 +170,8 @@ def test_pipeline_lines_compare_with_both_synchronous_forms():
 
 
 def test_train_rows_with_more_workers_than_sims_are_left_out_with_a_warning(caplog):
+    pytest.importorskip("torch")
+    pytest.importorskip("stable_baselines3")
     from deszoo.bench.cli import check_bench
     from deszoo.cli import build_parser
 
