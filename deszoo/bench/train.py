@@ -379,23 +379,19 @@ def caption(result: dict[str, Any]) -> str:
 def pipeline_lines(result: dict[str, Any]) -> list[str]:
     """The pipelined loop's speed over its synchronous form (``halves``) and over the plain
     loop (``sync``), per scenario, batch and workers that ran both."""
-    rates = {(r["scenario"], r["preset"], r["num_sims"], r["num_workers"], r["backend"],
-              r.get("spin_us"), r["learner"]): r["timesteps_per_s"]
+    rates = {_row(r): r["timesteps_per_s"]
              for r in result["rows"] if r["error"] is None and r["learner"] in COLLECT}
     lines = []
-    for key, rate in rates.items():
-        if key[-1] != "ppo-loop-pipelined":
+    for row, rate in rates.items():
+        if row.learner != "ppo-loop-pipelined":
             continue
-        halves, sync = rates.get((*key[:-1], "ppo-loop-halves")), rates.get((*key[:-1], "ppo-loop"))
-        if halves is None and sync is None:
-            continue
-        label = _row({"scenario": key[0], "preset": key[1], "learner": key[6], "backend": key[4],
-                      "num_sims": key[2], "num_workers": key[3], "spin_us": key[5]}).label
-        parts = [f"{rate / ref:.2f}x {name}" for name, ref in
-                 (("its synchronous form (halves)", halves), ("the plain loop (sync)", sync))
-                 if ref is not None]
-        lines.append(f"pipelined, {key[0]}/{key[1]} {key[2]} sims on {label} with {key[3]} "
-                     f"workers: " + ", ".join(parts))
+        refs = [(words, rates.get(dataclasses.replace(row, learner=learner)))
+                for words, learner in (("its synchronous form (halves)", "ppo-loop-halves"),
+                                       ("the plain loop (sync)", "ppo-loop"))]
+        parts = [f"{rate / ref:.2f}x {words}" for words, ref in refs if ref is not None]
+        if parts:
+            lines.append(f"pipelined, {row.scenario}/{row.preset} {row.num_sims} sims on "
+                         f"{row.label} with {row.num_workers} workers: " + ", ".join(parts))
     return lines
 
 
