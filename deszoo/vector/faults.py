@@ -137,11 +137,12 @@ class Faults:
         raise exc
 
     def restart_worker(self, w: Any, seeds: list, reset_now: bool) -> None:
-        names = dict.fromkeys(name for s in w.sims for name in self.attrs[s])
-        setters = [Call("set", name, tuple(s for s in w.sims if name in self.attrs[s]),
-                        values=tuple(self.attrs[s][name] for s in w.sims
-                                     if name in self.attrs[s]))
-                   for name in names]
+        by_name: dict[str, dict[int, Any]] = {}  # attribute -> {env: its value}
+        for s in w.sims:
+            for name, value in self.attrs[s].items():
+                by_name.setdefault(name, {})[s] = value
+        setters = [Call("set", name, tuple(got), values=tuple(got.values()))
+                   for name, got in by_name.items()]
         try:
             self.pool.restart(w, seeds, reset_now, setters)
         except RestartFailed as exc:
