@@ -72,3 +72,12 @@ def test_run_plot_replaces_a_file_only_with_force(tmp_path, capsys):
     assert main(["run", "loadbalance_v0", "--preset", "small", "--plot", str(png),
                  "--force"]) == 0
     assert png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("extra", [[], ["--train"], ["--autotune", "jobshop_v0"]])
+def test_bench_seed_that_leaves_an_env_no_seed_is_a_usage_error(extra, capsys):
+    # env i of a row is seeded seed + i: with 4 envs the last is past 2**32 - 1
+    rows = [] if extra[:1] == ["--autotune"] else ["--num-envs", "4"]
+    scenarios = [] if extra else ["--scenarios", "jobshop_v0"]
+    assert main(["bench", *extra, *scenarios, *rows, "--seed", str(2**32 - 2)]) == 2
+    assert "argument --seed: seed=4294967294 is too large for" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from deszoo import _cliargs as cliargs
 from deszoo._links import doc, repo
+from deszoo.core.config import check_first_seed
 from deszoo.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -369,6 +370,7 @@ def _train_plan(args: argparse.Namespace) -> BenchPlan:
         if value is not None:
             setattr(settings, attr, value)
     num_sims = args.num_envs or [8]
+    check_first_seed(settings.seed, max(num_sims), "argument --seed")
     workers = args.workers or ([usable_cores()] if not tune else sorted(
         {w for n in num_sims for w in tune_workers(usable_cores(), n)}))
     spins = (None, 0.0) if tune else (None,)
@@ -405,7 +407,17 @@ def check_bench(args: argparse.Namespace) -> BenchPlan | None:
         raise ConfigError("argument --learners: only with --train")
     if args.envs_per_worker and not args.autotune:
         raise ConfigError("argument --envs-per-worker: only with --autotune")
-    return _autotune_plan(args) if args.autotune else _matrix_plan(args)
+    plan = _autotune_plan(args) if args.autotune else _matrix_plan(args)
+    _check_seed_fits(plan)
+    return plan
+
+
+def _check_seed_fits(plan: BenchPlan) -> None:
+    """Env ``i`` of a row is seeded ``seed + i``: each must be a seed (not a failed row)."""
+    matrix = plan.matrix
+    envs = max(c.num_envs for c in plan.configs) if plan.configs else max(matrix.num_envs)
+    for seed in {w.seed for w in matrix.works()}:
+        check_first_seed(seed, envs, "argument --seed")
 
 
 def check_leaderboard(args: argparse.Namespace) -> None:
