@@ -571,6 +571,10 @@ def test_make_vec_rejects_bad_arguments():
         make_vec("jobshop_v0", 2, backend="roundrobin", start_method="spawn")
     with pytest.raises(ConfigError, match="runs every env in the calling process"):
         make_vec("jobshop_v0", 2, backend="roundrobin", num_workers=2)
+    for workers in (0, 1):  # SuperSuit in this process: no start method to use
+        with pytest.raises(ConfigError, match=f"start_method='spawn' with num_workers={workers}"):
+            make_vec("jobshop_v0", 2, backend="supersuit", num_workers=workers,
+                     start_method="spawn")
     with pytest.raises(ConfigError, match="num_workers=0 must be None or a positive int"):
         make_vec("jobshop_v0", 2, backend="shm", num_workers=0)
     with pytest.raises(ConfigError, match="num_workers=3 is more than num_sims=2"):

@@ -23,6 +23,7 @@ import numpy as np
 from gymnasium.vector.utils import CloudpickleWrapper, read_from_shared_memory
 
 from deszoo.core.params import integer, optional
+from deszoo.errors import ConfigError
 from deszoo.vector import _procs
 from deszoo.vector._host import Buffers, EnvFailure, EnvGroup, Layout
 from deszoo.vector.base import DeszooVecEnv, VecSpec
@@ -375,6 +376,11 @@ class SuperSuitVecEnv(DeszooVecEnv):
     @classmethod
     def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
         cpus = opts["num_workers"]
+        if cpus in (0, 1) and opts["start_method"] is not None:
+            raise ConfigError(
+                f"make_vec(backend='supersuit'): start_method={opts['start_method']!r} with "
+                f"num_workers={cpus}, which runs the envs in this process; leave start_method "
+                "out, or give num_workers 2 or more")
         cpus = 0 if cpus == 0 else cls.workers_for(spec, cpus)
         return cls(spec, seed, {**opts, "num_workers": max(1, cpus), "num_cpus": cpus})
 
