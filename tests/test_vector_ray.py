@@ -63,6 +63,23 @@ def test_ray_rejects_bad_arguments():
         make_vec(toy(), 2, backend="ray", actor_options=[("num_cpus", 1)])
 
 
+@pytest.mark.parametrize("per_node", [False, True])
+def test_boot_timeout_reaches_the_pools_inside_the_actors(per_node):
+    """A node actor's shm pool waits ``boot_timeout`` for its workers to build their envs,
+    as the parent waits for the actor (it used to wait ``max(timeout, 30)`` whatever
+    ``boot_timeout`` said, so a pool of slow envs failed to boot past 30 s)."""
+    import ray
+
+    vec = make_vec(toy(), 2, backend="ray", per_node=per_node, num_workers=1, timeout=2.0,
+                   boot_timeout=75.0)
+    try:
+        handle = vec.transport.nodes[0].handle
+        got = ray.get(handle.__ray_call__.remote(lambda host: host.pool.boot_timeout))
+        assert got == vec.boot_timeout == 75.0
+    finally:
+        vec.close()
+
+
 def test_async_mode_on_ray():
     """send/recv work on ray too (the lifecycle is the base class's)."""
     vec = make_vec(toy(), 4, backend="ray", num_workers=2, batch_size=2)

@@ -125,7 +125,7 @@ class ActorHost:
             workers = [Worker(j, f, c, len(spec.agents))
                        for j, (f, c) in enumerate(split(spec.num_sims, num_workers))]
             self.pool = WorkerPool(self.transport(spec, workers, pool_options), workers,
-                                   pool_options["timeout"])
+                                   pool_options["timeout"], pool_options["boot_timeout"])
             bufs = self.pool.bufs
             bufs.events[:] = events  # event counts survive the actor's replacement
             self.parts = [getattr(bufs, name).reshape(-1).view(np.uint8)
@@ -661,8 +661,8 @@ class RayVecEnv(DeszooVecEnv):
                "of that node's cores", rules=(_PER_NODE_ONLY,)),
         option("actor_options", None, optional(instance("a dict", dict)),
                "Ray actor options over the defaults"),
-        option("boot_timeout", None, optional(SECONDS), "seconds to wait for the actors to "
-               "start (default: max(timeout, 60))"),
+        option("boot_timeout", None, optional(SECONDS), "seconds to wait for the actors (and "
+               "a per-node pool's workers) to start (default: max(timeout, 60))"),
         _procs.CLOSE_TIMEOUT,
         option("nodes", None, optional(named_check(
             "a non-empty list of (Ray node id, CPUs) pairs, CPUs a positive int",
@@ -698,7 +698,8 @@ class RayVecEnv(DeszooVecEnv):
     def _ray_transport(self, opts: dict[str, Any]) -> Transport:  # one actor per worker
         return RayTransport(self.sim_spec, self._workers, self._same_step,
                             opts["actor_options"], opts["close_timeout"],
-                            {"timeout": self.timeout}, chunk_bytes=self.chunk_bytes)
+                            {"timeout": self.timeout, "boot_timeout": self.boot_timeout},
+                            chunk_bytes=self.chunk_bytes)
 
     def actor_pids(self) -> list[int]:
         """Process ids of the Ray actors (by actor index; for ``ray`` the workers)."""

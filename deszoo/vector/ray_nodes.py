@@ -76,7 +76,8 @@ class RayNodeVecEnv(RayVecEnv):
 
     def _ray_transport(self, opts: dict[str, Any]) -> Transport:
         pool_options = dict(start_method=opts["start_method"], spin_us=opts["spin_us"] or 0.0,
-                            timeout=self.timeout, close_timeout=opts["close_timeout"])
+                            timeout=self.timeout, boot_timeout=self.boot_timeout,
+                            close_timeout=opts["close_timeout"])
         ids, cpus = zip(*self.nodes, strict=True)
         groups = list(zip(ids, share(self.num_workers, list(cpus)), strict=True))
         transport = RayNodeTransport(self.sim_spec, self._workers, self._same_step,
