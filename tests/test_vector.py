@@ -779,9 +779,9 @@ def test_a_registered_backend_needs_no_change_to_make_vec(monkeypatch):
         backend = "loud"
         options = (*RoundRobinVecEnv.options, option("volume", 3, integer(0), "how loud"))
 
-        def _transport(self, opts):
+        def make_transport(self, opts):
             self.volume = opts["volume"]
-            return super()._transport(opts)
+            return super().make_transport(opts)
 
     monkeypatch.setitem(BACKENDS, "loud", BACKENDS["roundrobin"])
     register_backend("loud", Loud)
@@ -802,7 +802,7 @@ def test_num_workers_default_and_uneven_split():
     vec = make_vec(toy(), 5, backend="shm")
     try:
         assert vec.num_workers == min(5, deszoo.vector.usable_cores())
-        counts = [w.count for w in vec._workers]
+        counts = [w.count for w in vec.workers]
         assert sum(counts) == 5 and max(counts) - min(counts) <= 1
     finally:
         vec.close()

@@ -38,7 +38,7 @@ def test_actors_split_envs_and_use_the_running_ray():
     vec = make_vec(toy(), 5, backend="ray", num_workers=2)
     try:
         assert vec.num_workers == 2 and not vec.started_ray
-        assert [w.count for w in vec._workers] == [3, 2]
+        assert [w.count for w in vec.workers] == [3, 2]
         pids = vec.worker_pids()
         assert len(set(pids)) == 2 and os.getpid() not in pids
         assert len(vec.worker_nodes()) == 2
@@ -167,7 +167,7 @@ def test_per_node_pools_are_bit_identical(scenario, mode):
     vec = make_pools(scenario, 5, chunk, seed=11, autoreset_mode=mode, **kwargs)
     try:
         assert vec.node_workers() == [[0], [1, 2]]
-        assert [w.count for w in vec._workers] == [2, 2, 1]
+        assert [w.count for w in vec.workers] == [2, 2, 1]
         assert_same_rollouts(rollout(ref, 50), rollout(vec, 50), f"{scenario} {mode}")
     finally:
         vec.close()

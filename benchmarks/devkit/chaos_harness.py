@@ -77,6 +77,7 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from deszoo.core.arrays import AGENT_ARRAYS
 from deszoo.errors import SubEnvError, WorkerDiedError, WorkerTimeoutError
@@ -322,7 +323,8 @@ class Replay:
         """The replay of ``vec``, a vector env of ``factory``'s envs: its envs, its workers'
         groups and its autoreset mode."""
         return cls(factory.for_replay(), vec.num_sims,
-                   [(w.first, w.count) for w in vec._workers], same_step=vec._same_step,
+                   [(w.first, w.count) for w in vec.workers],
+                   same_step=vec.autoreset_mode is AutoresetMode.SAME_STEP,
                    state=vec.sim_spec.state_dim > 0)
 
     @property
@@ -776,10 +778,7 @@ def _watchdog(seconds: float) -> Iterator[None]:
 def _worker_pid(vec: Any, i: int) -> int | None:
     """The process id of worker ``i`` of ``vec`` (by index: ``worker_pids()`` leaves out
     a worker without a process, so positions in it can shift)."""
-    h = vec._workers[i].handle
-    proc = getattr(h, "proc", None)
-    pid = proc.pid if proc is not None else getattr(h, "pid", None)
-    return pid if isinstance(pid, int) else None
+    return vec.pool.transport.pid(vec.workers[i])
 
 
 def _worker_proc(vec: Any, i: int) -> ProcId | None:
@@ -1171,7 +1170,7 @@ class _Chaos:
         """One step with its fault; what it leaves to the next step."""
         rep, cfg = self.report, self.cfg
         acts = _policy(replay.mask, policy)
-        gens = [w.generation for w in vec._workers]
+        gens = [w.generation for w in vec.workers]
         lost: set[int] = set()
         if carry.late is not None:
             lost.add(carry.late[0])
@@ -1260,12 +1259,12 @@ class _Chaos:
         out = _Carry(interrupted=interrupted)
         if killer is not None and killer.killed is not None:
             rep.faults["sigkill"] += 1
-            pids = [_worker_pid(vec, i) for i in range(len(vec._workers))]
+            pids = [_worker_pid(vec, i) for i in range(len(vec.workers))]
             if killer.killed in pids:  # it had booted: the next step sees it
                 w = pids.index(killer.killed)
                 out.late = (w, "sigkill", proc_id(killer.killed))
         if timer is not None:
-            if vec._workers[fault.worker].generation != gens[fault.worker]:
+            if vec.workers[fault.worker].generation != gens[fault.worker]:
                 lost.add(fault.worker)
             else:  # it landed after the worker answered: the next step must see it
                 out.late = (fault.worker, fault.kind, target)
@@ -1299,7 +1298,7 @@ class _Chaos:
         elif lost:
             rep.errors += 1
             rep.note(f"step {t}: workers {sorted(lost)} lost on a step that never started")
-        if [w.generation for w in vec._workers] != gens:
+        if [w.generation for w in vec.workers] != gens:
             self._watch(vec, seen)
         if interrupted:
             if fault is not None and fault.close:
@@ -1350,7 +1349,7 @@ class _Chaos:
                              "cut short")
         moved = vec.num_events() != before
         self.events.append(f"step {t}: envs {np.flatnonzero(moved).tolist()} moved; "
-                           f"generations {[w.generation for w in vec._workers]}")
+                           f"generations {[w.generation for w in vec.workers]}")
         return bool(moved.any())
 
     def _run_async(self, vec: Any, replay: Replay, seg: int, first: int, n: int, mode: str,
@@ -1369,7 +1368,7 @@ class _Chaos:
         with _watchdog(cfg.watchdog):
             vec.async_reset()
         exp = replay.reset(self._seed(seg))
-        gens = [w.generation for w in vec._workers]
+        gens = [w.generation for w in vec.workers]
         # worker -> (the actions it was sent, rows of the whole batch; None: the reset),
         # and its generation then
         sent: dict[int, tuple[np.ndarray | None, int]] = {w: (None, g) for w, g in
@@ -1392,14 +1391,14 @@ class _Chaos:
             obs, rew, term, trunc, infos = result
             rows = infos["env_id"]
             ws = list(dict.fromkeys(worker_of_row[rows].tolist()))
-            lost = {w for w in ws if vec._workers[w].generation != sent[w][1]}
+            lost = {w for w in ws if vec.workers[w].generation != sent[w][1]}
             moved = [w for w in ws if sent[w][0] is not None or w in lost]
             if moved:
                 acts = sum((sent[w][0] for w in moved if sent[w][0] is not None),
                            np.zeros(replay.rows, np.int64))
                 _, fired = replay.step(acts, lost, moved)
                 rep.faults.update(fired)
-            if [w.generation for w in vec._workers] != gens:
+            if [w.generation for w in vec.workers] != gens:
                 self._watch(vec, seen)
             got = self._got(obs, infos, rew, term, trunc)
             self._check(got, {k: v[rows] for k, v in exp.items()}, replay.timed[rows], t, mode)
@@ -1411,7 +1410,7 @@ class _Chaos:
             spam = fault is not None and fault.kind == "sigint_thread"
             if fault is not None and not spam:
                 self._signal_async(vec, fault, t, ws, seen)
-            gens = [w.generation for w in vec._workers]
+            gens = [w.generation for w in vec.workers]
             with _watchdog(cfg.watchdog):
                 self._send(vec, acts[rows], rows, t, spam)
             if spam_recv or spam:  # landed in this recv or send, or tried again
@@ -1461,7 +1460,7 @@ class _Chaos:
         (``hung_slack``), still not replaced while the others answer, is an error."""
         limit = self.cfg.timeout + self.cfg.hung_slack
         for w, (ident, when, gen) in list(self.hung.items()):
-            if vec._workers[w].generation == gen and now - when > limit:
+            if vec.workers[w].generation == gen and now - when > limit:
                 del self.hung[w]
                 self.report.errors += 1
                 self.report.note(f"step {t}: worker {w} (pid {ident[0]}) hung or dead for "
@@ -1473,7 +1472,7 @@ class _Chaos:
         ``started``: each must have been found within the timeout (and ``hung_slack``) of
         its signal."""
         for w, (ident, when, gen) in list(self.hung.items()):
-            if vec._workers[w].generation != gen:
+            if vec.workers[w].generation != gen:
                 del self.hung[w]
                 self.found.append(time.monotonic() - when)
                 if started - when > self.cfg.timeout + self.cfg.hung_slack:
@@ -1494,7 +1493,7 @@ class _Chaos:
         seen.add(target)
         sig = signal.SIGKILL if fault.kind == "sigkill" else signal.SIGSTOP
         if signal_proc(target, sig):
-            self.hung[fault.worker] = (target, time.monotonic(), vec._workers[fault.worker]
+            self.hung[fault.worker] = (target, time.monotonic(), vec.workers[fault.worker]
                                        .generation)
             self.report.faults[fault.kind] += 1
             state = "idle" if fault.worker in idle else "busy"

@@ -299,13 +299,14 @@ class Lifecycle:
 
 class DeszooVecEnv(VectorEnv):
     """Base class of the backends. A backend sets :attr:`backend`, declares
-    :attr:`options` and implements :meth:`_transport` (:meth:`build` may resolve workers).
+    :attr:`options` and implements :meth:`make_transport` (:meth:`build` may resolve workers).
 
     Attributes:
         num_envs: rows (``num_sims * agents_per_sim``), as Gymnasium counts sub-envs.
         num_sims: simulations (PettingZoo envs) in the batch.
         agents_per_sim: agents of each simulation (``possible_agents``).
         num_workers: workers (processes, actors; 1 for ``roundrobin``).
+        workers: the :class:`~deszoo.vector.pool.Worker` s by index, run by ``pool``.
         backend: backend name (``"roundrobin"``, ``"supersuit"``, ``"shm"``, ...).
         transport: how this vector env reaches its workers.
     """
@@ -368,7 +369,7 @@ class DeszooVecEnv(VectorEnv):
         self._hook: Callable[[str], None] | None = None
         num_workers = min(int(opts["num_workers"]), self.num_sims)
         self.num_workers = num_workers
-        self._workers = [
+        self.workers = [
             Worker(w, first, count, self.agents_per_sim)
             for w, (first, count) in enumerate(split(self.num_sims, num_workers))
         ]
@@ -382,8 +383,8 @@ class DeszooVecEnv(VectorEnv):
         self._batch_workers = self.batch_size // per if self._async else num_workers
         self.life = life = Lifecycle(self.backend, self._async)
         self._act_scratch: dict[int, np.ndarray] = {}
-        self.transport = self._transport(opts)
-        self.pool = WorkerPool(self.transport, self._workers, self.timeout, self.boot_timeout)
+        self.transport = self.make_transport(opts)
+        self.pool = WorkerPool(self.transport, self.workers, self.timeout, self.boot_timeout)
         self._bufs = bufs = self.transport.bufs
         self.batch = Batch(spec, bufs, self.copy, self._same_step)
         self.faults = Faults(self.pool, self.batch, self.on_error, seed, life.fail)
@@ -396,7 +397,7 @@ class DeszooVecEnv(VectorEnv):
         """Start every worker and wait until each has built its envs."""
         try:
             replies = self.pool.boot()
-            for w in self._workers:
+            for w in self.workers:
                 r = replies[w.index]
                 if r.kind != "booted":
                     raise VectorEnvError(
@@ -405,8 +406,8 @@ class DeszooVecEnv(VectorEnv):
             self.close()
             raise
 
-    def _transport(self, opts: dict[str, Any]) -> Transport:
-        """This backend's transport over ``self._workers``."""
+    def make_transport(self, opts: dict[str, Any]) -> Transport:
+        """This backend's transport over ``self.workers``."""
         raise NotImplementedError
 
     # ---- the state machine --------------------------------------------------------------
@@ -438,7 +439,7 @@ class DeszooVecEnv(VectorEnv):
         which = self.batch.reset_mask(options, self.life.state is State.NEEDS_RESET)
         seeds = self.faults.seeds(seed)
         ws, payloads = [], {}
-        for w in self._workers:
+        for w in self.workers:
             mine = None if which is None else which[w.first : w.first + w.count]
             if mine is not None and not any(mine):
                 continue
@@ -482,7 +483,7 @@ class DeszooVecEnv(VectorEnv):
         if self._disabled:
             self.batch.check_no_pending_reset()
         batch = self.batch
-        ws = self._workers
+        ws = self.workers
         if batch.any_restarted:  # (a worker restarted in a call sits this step out)
             ws = batch.begin_step(ws)
         life.resume = _READY  # life.calling("step"), inlined: until every reply is taken
@@ -504,11 +505,11 @@ class DeszooVecEnv(VectorEnv):
         self.life.enter("reset")
         seeds = self.faults.seeds(seed)
         self.batch.clear_restarted()
-        payloads = {w.index: (seeds[w.first : w.first + w.count], None) for w in self._workers}
+        payloads = {w.index: (seeds[w.first : w.first + w.count], None) for w in self.workers}
         self.life.recv_workers, self.life.recv_rows = [], None
         with sigint_deferred():  # in flight and SENT, or neither
             self.life.to(State.SENT)
-            self.pool.post(self._workers, "reset", payloads)
+            self.pool.post(self.workers, "reset", payloads)
 
     def recv(self) -> tuple:
         """The next ``batch_size`` envs to finish: ``(obs, rew, term, trunc, infos)``.
@@ -524,7 +525,7 @@ class DeszooVecEnv(VectorEnv):
             raise NoAsyncCallError(
                 "recv() without send(); call async_reset() or send() first", "recv")
         ws = [r.worker for r in replies]
-        rows = np.concatenate([np.arange(self.num_envs)[self._workers[i].rows] for i in ws])
+        rows = np.concatenate([np.arange(self.num_envs)[self.workers[i].rows] for i in ws])
         repaired = None
         for r in replies:
             if r.kind != "ok" or r.failures:  # once repaired, plain "ok" ones in their place
@@ -571,7 +572,7 @@ class DeszooVecEnv(VectorEnv):
                 (len(rows), *self.layout.act_shape), dtype=self.layout.act_dtype)
         self.batch.check_actions(actions, scratch, rows)
         self._bufs.act[rows] = scratch
-        ws = [self._workers[i] for i in self.life.recv_workers]
+        ws = [self.workers[i] for i in self.life.recv_workers]
         with sigint_deferred():  # in flight and SENT, or neither
             self.pool.forget(self.life.recv_workers)  # the last recv()'s replies, handed on
             self.batch.begin_step(ws, hold=False)
@@ -620,7 +621,7 @@ class DeszooVecEnv(VectorEnv):
         self.life.enter("call")
         sims = list(range(self.num_sims)) if sims is None else sims
         plan = self.pool.plan_call(call, sims)
-        ws = [self._workers[i] for i in plan]
+        ws = [self.workers[i] for i in plan]
         self.life.calling("call")
         replies = self.pool.exchange(ws, "call", plan)
         lost = [r for r in replies.values() if r.kind != "ok"]
@@ -630,7 +631,7 @@ class DeszooVecEnv(VectorEnv):
             except Exception:
                 self.life.to(self.life.resume)  # nothing in flight
                 raise
-            again = self.pool.exchange([self._workers[r.worker] for r in lost], "call", plan)
+            again = self.pool.exchange([self.workers[r.worker] for r in lost], "call", plan)
             if any(r.kind != "ok" for r in again.values()):
                 self.life.fail(VectorEnvError(
                     f"{call.kind}({call.name!r}) failed twice: workers lost"))
@@ -689,7 +690,7 @@ class DeszooVecEnv(VectorEnv):
     def worker_pids(self) -> list[int]:
         """Process ids of the live workers, by worker index (empty for in-process
         backends)."""
-        return self.transport.pids()
+        return self.pool.pids()
 
     def __repr__(self) -> str:
         return (

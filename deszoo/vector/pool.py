@@ -22,10 +22,12 @@ from typing import Any
 import numpy as np
 
 from deszoo.errors import ConfigError, VectorEnvError, WorkerDiedError, WorkerTimeoutError
-from deszoo.vector._host import Buffers, Call, EnvFailure
+from deszoo.vector._host import Buffers, Call, EnvFailure, EnvGroup
 
 __all__ = [
     "BOOT_ATTEMPTS",
+    "Buffers",
+    "EnvGroup",
     "FAULT_POINTS",
     "RestartFailed",
     "Reply",
@@ -263,9 +265,9 @@ class Transport:
         """A worker in words, for messages."""
         return f"worker {w.index} (envs {w.first}..{w.first + w.count - 1})"
 
-    def pids(self) -> list[int]:
-        """Process ids of the live workers, by worker index (empty if in-process)."""
-        return []
+    def pid(self, w: Worker) -> int | None:
+        """Process id of worker ``w`` (``None``: not running, or in this process)."""
+        return None
 
 
 def split(sims: int, workers: int) -> list[tuple[int, int]]:
@@ -545,8 +547,8 @@ class WorkerPool:
         return self.transport.describe(w)
 
     def pids(self) -> list[int]:
-        """Process ids of the live workers (empty if in-process)."""
-        return self.transport.pids()
+        """Process ids of the live workers, by worker index (empty if in-process)."""
+        return [p for p in map(self.transport.pid, self.workers) if p is not None]
 
     def close(self) -> None:
         """Stop every worker; idempotent."""

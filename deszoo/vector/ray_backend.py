@@ -619,9 +619,8 @@ class RayTransport(Transport):
         _, where = self.where(w)
         return f"ray actor {w.index} ({where}, envs {w.first}..{w.first + w.count - 1})"
 
-    def pids(self) -> list[int]:
-        return [w.handle.pid for w in self.workers
-                if w.handle is not None and w.handle.pid is not None]
+    def pid(self, w: Worker) -> int | None:
+        return None if w.handle is None else w.handle.pid
 
 
 PER_NODE_ONLY = ("nodes", "start_method", "spin_us", "step_channel")
@@ -689,14 +688,14 @@ class RayVecEnv(DeszooVecEnv):
                               "per_node=True) or deszoo.vector.ray_nodes.RayNodeVecEnv")
         return cls(spec, seed, {**opts, "num_workers": cls.workers_for(spec, opts["num_workers"])})
 
-    def _transport(self, opts: dict[str, Any]) -> Transport:
+    def make_transport(self, opts: dict[str, Any]) -> Transport:
         self.boot_timeout = float(opts["boot_timeout"] or max(self.timeout, 60.0))
         if not self.per_node:
             self.started_ray = ensure_ray(opts["address"])
         return self._ray_transport(opts)
 
     def _ray_transport(self, opts: dict[str, Any]) -> Transport:  # one actor per worker
-        return RayTransport(self.sim_spec, self._workers, self._same_step,
+        return RayTransport(self.sim_spec, self.workers, self._same_step,
                             opts["actor_options"], opts["close_timeout"],
                             {"timeout": self.timeout, "boot_timeout": self.boot_timeout},
                             chunk_bytes=self.chunk_bytes)
@@ -708,5 +707,5 @@ class RayVecEnv(DeszooVecEnv):
     def worker_nodes(self) -> list[tuple[str, str]]:
         """``(ip address, Ray node id)`` of the node each worker runs on, by worker index."""
         t = self.transport
-        nodes = [t.nodes[t.node_of[w.index]] for w in self._workers if w.handle is not None]
+        nodes = [t.nodes[t.node_of[w.index]] for w in self.workers if w.handle is not None]
         return [(node.ip, node.node_id) for node in nodes if node.ip is not None]

@@ -80,7 +80,7 @@ class RayNodeVecEnv(RayVecEnv):
                             close_timeout=opts["close_timeout"])
         ids, cpus = zip(*self.nodes, strict=True)
         groups = list(zip(ids, share(self.num_workers, list(cpus)), strict=True))
-        transport = RayNodeTransport(self.sim_spec, self._workers, self._same_step,
+        transport = RayNodeTransport(self.sim_spec, self.workers, self._same_step,
                                      opts["actor_options"], opts["close_timeout"],
                                      pool_options, groups, self.chunk_bytes,
                                      opts["step_channel"] is not False)

@@ -102,5 +102,5 @@ class RoundRobinVecEnv(DeszooVecEnv):
     def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
         return cls(spec, seed, {**opts, "num_workers": 1})
 
-    def _transport(self, opts: dict[str, Any]) -> Transport:
+    def make_transport(self, opts: dict[str, Any]) -> Transport:
         return InProcess(self.sim_spec.factory, self.layout)

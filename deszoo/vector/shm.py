@@ -490,8 +490,8 @@ class ShmTransport(Transport):
         where = f"pid {w.handle.proc.pid}" if w.handle is not None else "not running"
         return f"worker {w.index} ({where}, envs {w.first}..{w.first + w.count - 1})"
 
-    def pids(self) -> list[int]:
-        return [w.handle.proc.pid for w in self.workers if w.handle is not None]
+    def pid(self, w: Worker) -> int | None:
+        return None if w.handle is None else w.handle.proc.pid
 
 
 class ShmVecEnv(DeszooVecEnv):
@@ -508,12 +508,12 @@ class ShmVecEnv(DeszooVecEnv):
     def build(cls, spec: VecSpec, seed: int | None, opts: dict[str, Any]) -> DeszooVecEnv:
         return cls(spec, seed, {**opts, "num_workers": cls.workers_for(spec, opts["num_workers"])})
 
-    def _transport(self, opts: dict[str, Any]) -> Transport:
+    def make_transport(self, opts: dict[str, Any]) -> Transport:
         spin = opts["spin_us"]
         if spin is None:
             spin = SPIN_US if self.num_workers <= usable_cores() else 0.0
         self.spin_us = float(spin)
-        t = ShmTransport(self.sim_spec, self._workers, self.spin_us, opts["start_method"],
+        t = ShmTransport(self.sim_spec, self.workers, self.spin_us, opts["start_method"],
                          self.timeout, opts["close_timeout"])
         self.start_method = t.start_method
         return t

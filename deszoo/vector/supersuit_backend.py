@@ -356,10 +356,8 @@ class SuperSuitTransport(Transport):
         where = "" if self.in_process or w.handle is None else f"pid {w.handle.proc.pid}, "
         return f"supersuit worker {w.index} ({where}envs {w.first}..{w.first + w.count - 1})"
 
-    def pids(self) -> list[int]:
-        if self.in_process:
-            return []
-        return [w.handle.proc.pid for w in self.workers if w.handle is not None]
+    def pid(self, w: Worker) -> int | None:
+        return None if self.in_process or w.handle is None else w.handle.proc.pid
 
 
 class SuperSuitVecEnv(DeszooVecEnv):
@@ -384,9 +382,9 @@ class SuperSuitVecEnv(DeszooVecEnv):
         cpus = 0 if cpus == 0 else cls.workers_for(spec, cpus)
         return cls(spec, seed, {**opts, "num_workers": max(1, cpus), "num_cpus": cpus})
 
-    def _transport(self, opts: dict[str, Any]) -> Transport:
+    def make_transport(self, opts: dict[str, Any]) -> Transport:
         self.num_cpus = opts["num_cpus"]
-        t = SuperSuitTransport(self.sim_spec, self._workers, self.num_cpus, self._same_step,
+        t = SuperSuitTransport(self.sim_spec, self.workers, self.num_cpus, self._same_step,
                                opts["start_method"], opts["close_timeout"])
         if t.start_method is not None:
             self.start_method = t.start_method
