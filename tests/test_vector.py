@@ -597,6 +597,12 @@ def test_a_first_seed_that_leaves_no_seed_for_the_last_env_is_refused_up_front()
     with pytest.raises(ConfigError, match=r"seed=4294967295 is too large for 2 envs.*"
                                           r"at most 2\*\*32 - 2 \(4294967294\)"):
         make_vec(toy(), 2, backend="roundrobin", seed=2**32 - 1)
+
+    def never_built():
+        raise AssertionError("make_vec built an env before refusing the seed")
+
+    with pytest.raises(ConfigError, match="seed=4294967295 is too large"):
+        make_vec(never_built, 2, backend="roundrobin", seed=2**32 - 1)
     vec = make_vec(toy(), 2, backend="roundrobin", seed=2**32 - 2)
     try:
         vec.reset()

@@ -24,7 +24,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import CloudpickleWrapper
 
 from deszoo.core.arrays import is_array_env
-from deszoo.core.config import check_first_seed, check_seed
+from deszoo.core.config import check_first_seed
 from deszoo.core.memory import check_fits, env_bytes
 from deszoo.core.params import plain
 from deszoo.errors import ConfigError
@@ -101,10 +101,6 @@ def _spec(env: str | Callable[[], Any], num_sims: int, env_kwargs: dict) -> VecS
         factory = CloudpickleWrapper(env)  # lambdas work under spawn
     else:
         raise ConfigError(f"env must be a registered name or a zero-argument factory, got {env!r}")
-    num_sims = plain(num_sims)
-    if isinstance(num_sims, bool) or not isinstance(num_sims, int) or num_sims < 1:
-        raise ConfigError(f"num_sims={num_sims!r} must be a positive int (simulations in "
-                          "the batch)")
     probe = factory()
     try:
         if not is_array_env(probe):  # any other ParallelEnv: through its dict API
@@ -200,12 +196,16 @@ def make_vec(
         num_sims = num_envs
     if num_sims is None:
         raise ConfigError("make_vec needs num_sims, the number of simulations in the batch")
+    num_sims = plain(num_sims)
+    if isinstance(num_sims, bool) or not isinstance(num_sims, int) or num_sims < 1:
+        raise ConfigError(f"num_sims={num_sims!r} must be a positive int (simulations in "
+                          "the batch)")
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; valid: {sorted(BACKENDS)}")
     cls = BACKENDS[backend]
     if backend == "ray" and plain(options.get("per_node")) is True:
         from deszoo.vector.ray_nodes import RayNodeVecEnv as cls  # one actor per node
-    check_seed(seed, "make_vec(seed=...)")
+    check_first_seed(seed, num_sims, "make_vec(seed=...)")  # before any env is built
     names = option_names()
     if env_kwargs is None:  # the mixed form: scenario arguments are the undeclared names
         given = {k: v for k, v in options.items() if k in names}
@@ -225,7 +225,6 @@ def make_vec(
         given["num_workers"] = num_workers
     opts = check_options(cls.declared(), given, f"make_vec(backend={backend!r})", names)
     spec = _spec(env, num_sims, env_kwargs)
-    check_first_seed(seed, spec.num_sims, "make_vec(seed=...)")
     return cls.build(spec, seed, opts)
 
 
