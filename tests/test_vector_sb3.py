@@ -140,3 +140,43 @@ def test_sb3_episodes_after_a_truncation(backend):
                 assert all(i["TimeLimit.truncated"] for i in infos), t
     finally:
         venv.close()
+
+
+@pytest.mark.parametrize("kind", ["box", "multidiscrete"])
+def test_ppo_trains_on_box_and_multidiscrete_actions(kind):
+    """SB3 hands the adapter one action per row of the action space's shape; it reshaped
+    every batch to one int per row, so PPO crashed on any Box or MultiDiscrete space
+    (supplychain_v0 with continuous=True among them)."""
+    from stable_baselines3 import PPO
+
+    if kind == "box":
+        vec = make_vec("supplychain_v0", 2, backend="roundrobin", preset="small",
+                       continuous=True, autoreset_mode="SameStep")
+    else:
+        from test_core import Multi
+
+        vec = make_vec(Multi, 2, backend="roundrobin", autoreset_mode="SameStep")
+    venv = to_sb3(vec)
+    try:
+        model = PPO("MlpPolicy", venv, n_steps=8, batch_size=16, n_epochs=1, seed=0,
+                    device="cpu")
+        model.learn(32)
+        assert model.num_timesteps >= 32
+    finally:
+        venv.close()
+
+
+def test_to_sb3_refuses_what_sb3_cannot_use():
+    """Views of the batch (copy=False) would be overwritten under SB3's stored
+    observations; a Gymnasium-wrapped vector env has no deszoo surface to adapt."""
+    from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+    vec = make_vec("jobshop_v0", 2, backend="roundrobin", preset="small", copy=False,
+                   autoreset_mode="SameStep")
+    try:
+        with pytest.raises(ConfigError, match="needs a vector env that returns copies"):
+            to_sb3(vec)
+        with pytest.raises(ConfigError, match="got RecordEpisodeStatistics; wrap the SB3"):
+            to_sb3(RecordEpisodeStatistics(vec))
+    finally:
+        vec.close()

@@ -38,11 +38,10 @@ def _row(obs: Any, r: int) -> Any:
     return obs[r].copy()
 
 
-def _zero_row(obs: Any, r: int) -> None:
+def _zero_row(obs: Any, r: int, noop: np.ndarray) -> None:
     if isinstance(obs, dict):
         obs["observation"][r] = 0
-        obs["action_mask"][r] = 0
-        obs["action_mask"][r, 0] = 1
+        obs["action_mask"][r] = noop
     else:
         obs[r] = 0
 
@@ -53,6 +52,16 @@ def to_sb3(vec: DeszooVecEnv):
         from stable_baselines3.common.vec_env import VecEnv
     except ImportError as exc:  # pragma: no cover - depends on the extra
         raise ImportError("to_sb3 needs stable-baselines3: pip install 'deszoo[sb3]'") from exc
+    if not isinstance(vec, DeszooVecEnv):
+        raise ConfigError(
+            f"to_sb3 takes a deszoo vector env (make_vec's), got {type(vec).__name__}; wrap "
+            "the SB3 VecEnv it returns instead (VecMonitor, VecNormalize, ...)"
+        )
+    if not vec.copy:
+        raise ConfigError(
+            "to_sb3 needs a vector env that returns copies: SB3 keeps the observations of "
+            "one step while it takes the next (build it without copy=False)"
+        )
     if vec.autoreset_mode.value != "SameStep":
         raise ConfigError(
             "to_sb3 needs a vector env with same-step autoreset (SB3's convention); build it "
@@ -64,8 +73,9 @@ def to_sb3(vec: DeszooVecEnv):
 
         def __init__(self, venv: DeszooVecEnv):
             self.venv = venv
-            self._mask = np.zeros((venv.num_envs, venv.layout.mask_dim), dtype=np.int8)
-            self._mask[:, 0] = 1
+            self._noop = venv.sim_spec.rows.noop_mask()
+            self._mask = np.tile(self._noop, (venv.num_envs, 1))
+            self._act_shape = (venv.num_envs, *venv.layout.act_shape)
             self._seed: int | None = None
             self._actions: np.ndarray | None = None
             self._clock = np.zeros(venv.num_envs)
@@ -90,7 +100,7 @@ def to_sb3(vec: DeszooVecEnv):
             return [None if seed is None else seed + r // n for r in range(self.num_envs)]
 
         def step_async(self, actions: np.ndarray) -> None:
-            self._actions = np.asarray(actions).reshape(self.num_envs)
+            self._actions = np.asarray(actions).reshape(self._act_shape)
 
         def step_wait(self):
             obs, rew, term, trunc, infos = self.venv.step(self._actions)
@@ -107,7 +117,7 @@ def to_sb3(vec: DeszooVecEnv):
                     terminal = _row(infos["final_obs"], r)
                 else:  # left mid-episode: its row is dead (zeros) from now on
                     terminal = _row(obs, r)
-                    _zero_row(obs, r)
+                    _zero_row(obs, r, self._noop)
                 out[r] = {
                     "terminal_observation": terminal,
                     "TimeLimit.truncated": bool(trunc[r] and not term[r]),
