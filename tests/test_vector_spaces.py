@@ -91,3 +91,24 @@ def test_spaces_that_cannot_be_batched_are_refused():
 
     with pytest.raises(ConfigError, match="cannot be batched"):
         make_vec(TupleObs, 2, backend="roundrobin")
+
+
+@pytest.mark.parametrize("backend", ["roundrobin", "supersuit2", "shm2"])
+def test_attribute_calls_reach_a_plain_envs_own_attributes(backend, backend_opts):
+    """get_attr and set_attr act on the user's ParallelEnv, not on deszoo's adapter
+    around it (get_attr("horizon") raised, and set_attr("horizon", 2) was kept by the
+    adapter while the env went on to its old horizon)."""
+    from test_vector import BACKENDS
+
+    vec = vec_of(Kinds, 2, backend_opts(BACKENDS[backend]), seed=0)
+    try:
+        assert vec.get_attr("horizon") == (9, 9)
+        vec.set_attr("horizon", 2)
+        assert vec.get_attr("horizon") == (2, 2)
+        _, infos = vec.reset(seed=0)
+        _, _, term, _, infos = vec.step(np.zeros(vec.num_envs, dtype=np.int64))
+        assert not term.any()
+        _, _, term, _, _ = vec.step(np.zeros(vec.num_envs, dtype=np.int64))
+        assert term.all(), "the env took the new horizon"
+    finally:
+        vec.close()

@@ -20,6 +20,7 @@ Deciding agents    ``infos[agent]["needs_action"]`` when there is one; else ever
 Agents that leave  their rows are dead (zeros, no-op mask) until the episode ends
 Global state       ``env.state()`` flattened, for ``make_vec(..., state=True)``, when the
                    env has a ``Box`` ``state_space``
+Attributes         ``get_attr``, ``set_attr``, ``call`` and ``render`` reach the user's env
 =================  ======================================================================
 
 Anything else (``Tuple`` or other ``Dict`` observations, ``Text``, ``Graph``) raises
@@ -127,6 +128,22 @@ class ParallelEnvArrays:
         space = getattr(env, "state_space", None)
         self.state_space = (_flat_box(space, name)[0] if isinstance(space, spaces.Box)
                             else None)
+        self._ready = True  # from now on, attributes it lacks are the user env's
+
+    # The vector env's get_attr, set_attr, call and render reach the user's env for every
+    # name this adapter does not have itself.
+    def __getattr__(self, name: str) -> Any:
+        env = self.__dict__.get("env")
+        if env is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(env, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        d = self.__dict__
+        if d.get("_ready") and name not in d and not hasattr(type(self), name):
+            setattr(d["env"], name, value)
+        else:
+            object.__setattr__(self, name, value)
 
     # ---- what the backends read ------------------------------------------------------
     def observation_space(self, agent: str) -> spaces.Space:
