@@ -112,3 +112,45 @@ def test_attribute_calls_reach_a_plain_envs_own_attributes(backend, backend_opts
         assert term.all(), "the env took the new horizon"
     finally:
         vec.close()
+
+
+def test_multidiscrete_actions_reach_the_env_as_their_own_arrays():
+    """An env that keeps the actions it got (a "last action" feature, a log) keeps what was
+    sent: each is a copy, not a view of the batch's action buffer that the next step
+    overwrites."""
+    from pettingzoo import ParallelEnv
+
+    class Kept(ParallelEnv):
+        metadata = {"name": "kept_v0"}
+        possible_agents = ["a", "b"]
+
+        def __init__(self):
+            self.agents, self.kept = [], []
+            self._obs = spaces.Box(0, 1, (1,), np.float32)
+            self._act = spaces.MultiDiscrete([3, 2])
+
+        def observation_space(self, agent):
+            return self._obs
+
+        def action_space(self, agent):
+            return self._act
+
+        def reset(self, seed=None, options=None):
+            self.agents = list(self.possible_agents)
+            return {a: np.zeros(1, np.float32) for a in self.agents}, {}
+
+        def step(self, actions):
+            self.kept.append(actions["a"])
+            obs = {a: np.zeros(1, np.float32) for a in self.agents}
+            return obs, dict.fromkeys(self.agents, 0.0), dict.fromkeys(self.agents, False), \
+                dict.fromkeys(self.agents, False), {}
+
+    vec = make_vec(Kept, 1, backend="roundrobin")
+    try:
+        vec.reset(seed=0)
+        sent = [[1, 0], [2, 1], [0, 1]]
+        for a in sent:
+            vec.step(np.array([a, [0, 0]]))
+        assert [k.tolist() for k in vec.get_attr("kept")[0]] == sent
+    finally:
+        vec.close()

@@ -208,9 +208,12 @@ class AgentRows:
         return out
 
     def unpad(self, i: int, action):
-        """Agent ``i``'s action from its (padded) row, as its own space has it."""
+        """Agent ``i``'s action from its (padded) row, as its own space has it: a copy,
+        never a view of the batch's buffer (a model may keep it)."""
         if self.type is spaces.Box:
             return action[: self.act_dims[i]].copy()
+        if self.type is spaces.MultiDiscrete:
+            return action.copy()
         return action
 
     # ---- the batch's spaces -------------------------------------------------------------
