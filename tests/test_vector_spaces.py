@@ -92,6 +92,29 @@ def test_spaces_that_cannot_be_batched_are_refused():
     with pytest.raises(ConfigError, match="cannot be batched"):
         make_vec(TupleObs, 2, backend="roundrobin")
 
+    class ShiftedActions(Kinds):  # 0-based rows would reach it out of its space
+        def action_space(self, agent):
+            return spaces.MultiDiscrete([3, 2], start=[5, 10])
+
+    with pytest.raises(ConfigError, match=r"MultiDiscrete actions must start at 0"):
+        make_vec(ShiftedActions, 2, backend="roundrobin")
+
+
+def test_discrete_observations_with_a_start_are_one_hot_from_it():
+    class Shifted(Kinds):
+        def observation_space(self, agent):
+            return spaces.Discrete(3, start=-1)
+
+        def _observe(self):
+            return {a: i - 1 for i, a in enumerate(self.agents)}  # -1, 0, 1
+
+    vec = make_vec(Shifted, 1, backend="roundrobin")
+    try:
+        obs, _ = vec.reset(seed=0)
+        np.testing.assert_array_equal(obs, np.eye(3, dtype=np.float32))
+    finally:
+        vec.close()
+
 
 @pytest.mark.parametrize("backend", ["roundrobin", "supersuit2", "shm2"])
 def test_attribute_calls_reach_a_plain_envs_own_attributes(backend, backend_opts):

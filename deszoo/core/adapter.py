@@ -82,6 +82,7 @@ class ParallelEnvArrays:
             raise ConfigError(f"{name}: possible_agents is empty")
         self._how: list[str] = []
         self._masked: list[bool] = []
+        self._start: list[int] = []  # a Discrete observation's first value
         specs = []
         for agent in self.possible_agents:
             space = env.observation_space(agent)
@@ -101,10 +102,12 @@ class ParallelEnvArrays:
                     f"{name}: agent {agent!r} has action space {action}; deszoo's vector "
                     "backends take Discrete, MultiDiscrete or flat Box actions"
                 )
-            if isinstance(action, spaces.Discrete) and int(action.start) != 0:
-                raise ConfigError(f"{name}: Discrete actions must start at 0 ({action})")
+            if np.any(getattr(action, "start", 0) != 0):
+                raise ConfigError(f"{name}: {type(action).__name__} actions must start at 0 "
+                                  f"({action})")
             specs.append((box, action))
             self._how.append(how)
+            self._start.append(int(space.start) if how == "onehot" else 0)
             self._masked.append(masked)
         # Consecutive agents with equal spaces form a group (a kind).
         groups: list[Group] = []
@@ -212,7 +215,7 @@ class ParallelEnvArrays:
                 mask = info["action_mask"]
             row = self.obs_buf[i]
             if self._how[i] == "onehot":
-                row[int(o)] = 1.0
+                row[int(o) - self._start[i]] = 1.0
             else:
                 flat = np.asarray(o, dtype=np.float32).reshape(-1)
                 row[: flat.shape[0]] = flat
