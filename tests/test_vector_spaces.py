@@ -177,3 +177,51 @@ def test_multidiscrete_actions_reach_the_env_as_their_own_arrays():
         assert [k.tolist() for k in vec.get_attr("kept")[0]] == sent
     finally:
         vec.close()
+
+
+def test_a_plain_envs_masked_out_actions_are_replaced_and_flagged(backend_opts):
+    """As deszoo's envs do by default: a masked-out action, or one past the agent's own
+    Discrete space (scouts have 3 actions in a batch of Discrete(5)), becomes a random
+    legal one, the same on every backend, flagged in invalid_action (they reached the env
+    unflagged, the padded ones outside its space)."""
+    from test_vector import BACKENDS
+
+    got = {}
+    for name in ("roundrobin", "shm2"):
+        vec = vec_of(Kinds, 2, backend_opts(BACKENDS[name]), seed=3)
+        try:
+            _, infos = vec.reset()
+            assert infos["action_mask"][2].tolist() == [1, 0, 1, 0, 1]  # base_0, step 0
+            acts = np.array([4, 0, 1, 0, 1, 3])  # env 0: scout 4, base 1; env 1: base 3
+            _, rew, _, _, infos = vec.step(acts)
+            assert infos["invalid_action"].tolist() == [True, False, True, False, False, True]
+            assert infos["invalid_count"].tolist() == [1, 0, 1, 0, 0, 1]
+            got[name] = rew
+        finally:
+            vec.close()
+    np.testing.assert_array_equal(got["roundrobin"], got["shm2"])
+
+
+def test_a_row_with_no_legal_action_waits():
+    """A turn-based game's waiting player (an all-zero mask, as PettingZoo's classic games
+    give it) is not asked to act: its row has the no-op mask and needs_action False (it
+    needed an action that no mask allowed)."""
+
+    class Turns(Kinds):
+        def _infos(self):
+            infos = super()._infos()
+            for a in infos:
+                if a != "base_0":
+                    infos[a] = {"action_mask": np.zeros(3, dtype=np.int8)}
+            return infos
+
+    vec = make_vec(Turns, 1, backend="roundrobin")
+    try:
+        _, infos = vec.reset(seed=0)
+        assert infos["needs_action"].tolist() == [False, False, True]
+        assert infos["action_mask"][:2, 0].tolist() == [1, 1]
+        assert not infos["action_mask"][:2, 1:].any()
+        _, _, _, _, infos = vec.step(np.zeros(3, dtype=np.int64))
+        assert not infos["invalid_action"].any()
+    finally:
+        vec.close()

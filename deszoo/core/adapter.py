@@ -14,9 +14,13 @@ Observations       ``Box`` (any shape, flattened), ``Discrete`` (one-hot), or Pe
                    ``Dict({"observation": ..., "action_mask": ...})`` (the mask is used)
 Actions            ``Discrete``, ``MultiDiscrete`` or flat ``Box``, one type for all agents
 Masks              ``obs[agent]["action_mask"]`` or ``infos[agent]["action_mask"]`` when
-                   there is one; else every action is allowed
+                   there is one; else every action of the agent's own space is allowed.
+                   A masked-out action (or one past the agent's own ``Discrete`` space,
+                   where kinds are padded) is replaced by a random legal one and flagged in
+                   ``invalid_action``, as deszoo's envs do by default
 Deciding agents    ``infos[agent]["needs_action"]`` when there is one; else every agent in
-                   ``env.agents``
+                   ``env.agents`` that has a legal action (a turn-based game's waiting
+                   player has none: its row gets the no-op mask)
 Agents that leave  their rows are dead (zeros, no-op mask) until the episode ends
 Global state       ``env.state()`` flattened, for ``make_vec(..., state=True)``, when the
                    env has a ``Box`` ``state_space``
@@ -123,6 +127,7 @@ class ParallelEnvArrays:
         allocate(self, rows)
         self._full = np.stack([rows.full_mask(i) for i in range(n)])
         self._noop = rows.noop_mask()
+        self._rng = np.random.default_rng()
         self.episode_over = True
         self.num_steps = 0
         self.num_events = 0
@@ -165,6 +170,8 @@ class ParallelEnvArrays:
         out[:] = np.asarray(self.env.state(), dtype=np.float32).reshape(-1)
 
     def reset_arrays(self, seed: int | None = None) -> None:
+        if seed is not None:  # the masked-out actions' replacements (apart from the env's)
+            self._rng = np.random.default_rng((seed, 0x6D61736B))
         obs, infos = self.env.reset(seed=seed)
         self.num_steps = 0
         self.episode_over = False
@@ -177,10 +184,14 @@ class ParallelEnvArrays:
     def step_arrays(self, acts: np.ndarray, missing: np.ndarray | None = None) -> None:
         live = list(self.env.agents)
         rows = self.rows
-        actions = {}
+        actions, replaced = {}, []
         for a in live:
             i = self._index[a]
-            act = rows.unpad(i, acts[i])
+            act = acts[i]
+            if self.needs_buf[i] and not rows.legal_row(self.mask_buf[i], act):
+                act = rows.fallback(i, self.mask_buf[i], self._rng)
+                replaced.append(i)
+            act = rows.unpad(i, act)
             actions[a] = int(act) if rows.type is spaces.Discrete else act
         obs, rew, term, trunc, infos = self.env.step(actions)
         self.num_steps += 1
@@ -195,6 +206,10 @@ class ParallelEnvArrays:
         for a, t in trunc.items():
             self.trunc_buf[index[a]] = bool(t)
         self._absorb(obs, infos, first=False)
+        for i in replaced:
+            if not self.invalid_buf[i]:  # (unless the env flagged it itself)
+                self.invalid_buf[i] = True
+                self.invalid_count[i] += 1
 
     def _absorb(self, obs: dict, infos: dict, first: bool) -> None:
         live_now = set(self.env.agents)
@@ -228,8 +243,12 @@ class ParallelEnvArrays:
                         self.mask_buf[i] = self._full[i]
                     else:
                         m = np.asarray(mask, dtype=np.int8).reshape(-1)
-                        self.mask_buf[i] = 0
-                        self.mask_buf[i, : m.shape[0]] = m
+                        row = self.mask_buf[i]
+                        row[:] = 0
+                        row[: m.shape[0]] = m
+                        if not self._has_choice(row):  # nothing to decide: a no-op row
+                            row[:] = self._noop
+                            self.needs_buf[i] = False
             if info.get("invalid_action"):
                 self.invalid_buf[i] = True
                 self.invalid_count[i] += 1
@@ -237,6 +256,12 @@ class ParallelEnvArrays:
                 times.append(float(info["sim_time"]))
         self._time = max(times) if times else float(self.num_steps)
         self.episode_over = not live_now
+
+    def _has_choice(self, row: np.ndarray) -> bool:
+        """Whether a mask row allows an action (one of each component for MultiDiscrete)."""
+        if self.rows.type is spaces.MultiDiscrete:
+            return bool(np.logical_or.reduceat(row, self.rows.offsets).all())
+        return bool(row.any())
 
     def close(self) -> None:
         self.env.close()
