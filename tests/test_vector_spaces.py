@@ -225,3 +225,26 @@ def test_a_row_with_no_legal_action_waits():
         assert not infos["invalid_action"].any()
     finally:
         vec.close()
+
+
+def test_a_plain_env_that_fails_every_reset_says_why():
+    """An env whose reset never works (here PettingZoo's old API, observations only) ends
+    the vector env with its own error, type and traceback, the first failure as the cause
+    (the error said "'dict' object ..." with no type, traceback or cause)."""
+    from deszoo.errors import SubEnvError, VectorEnvError
+
+    class ObsOnly(Kinds):
+        def reset(self, seed=None, options=None):
+            return super().reset(seed, options)[0]
+
+    vec = make_vec(ObsOnly, 2, backend="roundrobin")
+    try:
+        with pytest.raises(VectorEnvError, match=r"the new env failed too: TypeError: "
+                           r"kinds_v0.reset\(\) returned a dict; .* returns \(observations, "
+                           r"infos\)(.|\n)*worker traceback") as info:
+            vec.reset(seed=0)
+        assert isinstance(info.value.__cause__, SubEnvError)
+        assert info.value.__cause__.error_type == "TypeError"
+        assert vec.state.name == "FAILED"
+    finally:
+        vec.close()

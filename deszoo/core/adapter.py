@@ -61,6 +61,13 @@ def _flat_box(space: spaces.Space, who: str) -> tuple[spaces.Box, str]:
     )
 
 
+def _shape(value: Any) -> str:
+    """What a value is, in a message: a tuple's item types, else its type."""
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} ({', '.join(type(v).__name__ for v in value)})"
+    return f"a {type(value).__name__}"
+
+
 class ParallelEnvArrays:
     """A PettingZoo ``ParallelEnv`` behind the bridge's array API (see the module
     docstring)."""
@@ -80,7 +87,7 @@ class ParallelEnvArrays:
                 )
         self.env = env
         self.metadata = getattr(env, "metadata", {}) or {}
-        name = self.metadata.get("name", type(env).__name__)
+        self._name = name = self.metadata.get("name", type(env).__name__)
         self.possible_agents = list(env.possible_agents)
         if not self.possible_agents:
             raise ConfigError(f"{name}: possible_agents is empty")
@@ -172,7 +179,12 @@ class ParallelEnvArrays:
     def reset_arrays(self, seed: int | None = None) -> None:
         if seed is not None:  # the masked-out actions' replacements (apart from the env's)
             self._rng = np.random.default_rng((seed, 0x6D61736B))
-        obs, infos = self.env.reset(seed=seed)
+        out = self.env.reset(seed=seed)
+        if not (type(out) is tuple and len(out) == 2 and isinstance(out[1], dict)):
+            raise TypeError(f"{self._name}.reset() returned {_shape(out)}; a PettingZoo "
+                            "ParallelEnv's reset returns (observations, infos), two dicts "
+                            "(PettingZoo >= 1.23)")
+        obs, infos = out
         self.num_steps = 0
         self.episode_over = False
         self.rew_buf[:] = 0.0
@@ -193,7 +205,12 @@ class ParallelEnvArrays:
                 replaced.append(i)
             act = rows.unpad(i, act)
             actions[a] = int(act) if rows.type is spaces.Discrete else act
-        obs, rew, term, trunc, infos = self.env.step(actions)
+        out = self.env.step(actions)
+        if type(out) is not tuple or len(out) != 5:
+            raise TypeError(f"{self._name}.step() returned {_shape(out)}; a PettingZoo "
+                            "ParallelEnv's step returns (observations, rewards, "
+                            "terminations, truncations, infos)")
+        obs, rew, term, trunc, infos = out
         self.num_steps += 1
         self.rew_buf[:] = 0.0
         self.term_buf[:] = False

@@ -122,10 +122,17 @@ class Faults:
                     self.batch.mark_restarted(list(w.sims), reset_now, held)
                     continue
                 if again.kind != "ok" or again.failures:
-                    self.failed(VectorEnvError(
-                        f"env(s) {sorted(seeds)} could not be rebuilt after a failure: "
-                        + (again.failures[0].message if again.failures else again.kind)
-                    ))
+                    first = errors[-1]  # the failure that asked for the rebuild
+                    if again.failures:
+                        f = min(again.failures, key=lambda f: f.env_index)
+                        why = (f"{f.error_type}: {f.message}\nworker traceback:\n"
+                               f"{f.traceback}")
+                    else:
+                        why = again.kind
+                    exc = VectorEnvError(f"env(s) {sorted(seeds)} could not be rebuilt after "
+                                         f"a failure; the new env failed too: {why}")
+                    exc.__cause__ = first
+                    self.failed(exc)
                 self.batch.mark_restarted(sorted(seeds), reset_now)
         return errors
 
