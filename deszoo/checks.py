@@ -44,6 +44,8 @@ import numpy as np
 import pettingzoo
 import simpy
 
+from deszoo.rollouts import random_action
+
 __all__ = ["EPISODE_SECONDS", "EPISODE_STEPS", "Verdict", "check", "load"]
 
 EPISODE_STEPS = 100_000
@@ -177,30 +179,19 @@ def load(target: str) -> Callable[[], Any]:
     return obj
 
 
-def _mask_of(obs: Any, info: dict) -> np.ndarray | None:
-    if isinstance(obs, dict) and "action_mask" in obs:
-        return np.asarray(obs["action_mask"])
-    if "action_mask" in info:
-        return np.asarray(info["action_mask"])
-    return None
+def _mask_of(obs: Any, info: dict) -> Any:
+    """An agent's mask: an array, Gymnasium's tuple of them (``MultiDiscrete``), or None."""
+    mask = obs["action_mask"] if isinstance(obs, dict) and "action_mask" in obs else (
+        info.get("action_mask"))
+    return mask if mask is None or isinstance(mask, tuple) else np.asarray(mask)
 
 
 def _actions(env: Any, obs: dict, infos: dict, rng: np.random.Generator) -> dict:
     """A random legal action for every agent (from its mask when there is one)."""
-    from gymnasium import spaces
-
     out = {}
     for a in env.agents:
-        space = env.action_space(a)
         mask = _mask_of(obs.get(a), infos.get(a, {}) or {})
-        if isinstance(space, spaces.Discrete) and mask is not None:
-            out[a] = int(rng.choice(np.flatnonzero(mask))) + int(space.start)
-        elif isinstance(space, spaces.Discrete):
-            out[a] = int(rng.integers(space.n)) + int(space.start)
-        elif isinstance(space, spaces.MultiDiscrete):
-            out[a] = rng.integers(space.nvec)
-        else:
-            out[a] = rng.uniform(space.low, space.high).astype(space.dtype)
+        out[a] = random_action(env.action_space(a), mask, rng)
     return out
 
 
@@ -256,7 +247,9 @@ def _check_observations(env: Any, seed: int, steps: int) -> str:
             info = infos.get(a, {}) or {}
             mask = _mask_of(obs.get(a), info)
             deciding = info.get("needs_action", True)
-            if mask is not None and deciding and not np.asarray(mask).any():
+            allows = (all(np.any(m) for m in mask) if isinstance(mask, tuple)
+                      else mask is None or mask.any())
+            if deciding and not allows:
                 raise CheckFailed(f"step {n}: agent {a!r} must decide but its mask allows "
                                   "nothing")
         if not env.agents or n == steps:

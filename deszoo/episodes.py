@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from deszoo.errors import ConfigError
+from deszoo.rollouts import random_action
 
 __all__ = ["POLICIES", "EnvFactory", "Target", "env_factory", "is_user_env", "target", "play"]
 
@@ -144,10 +145,8 @@ def play(what: Target, seed: int, policy: str,
             decisions += bool(info.get("needs_action", True))
             if policy == "heuristic":
                 actions[a] = what.heuristic(o, mask)
-            elif mask is not None:
-                actions[a] = int(rng.choice(np.flatnonzero(mask)))
-            else:
-                actions[a] = env.action_space(a).sample()
+            else:  # from rng: the same seed replays the same episode
+                actions[a] = random_action(env.action_space(a), mask, rng)
         obs, rewards, _, truncs, infos = env.step(actions)
         steps += 1
         for a, r in rewards.items():

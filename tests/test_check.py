@@ -143,3 +143,46 @@ def test_deszoo_check_stays_the_function_after_the_module_is_imported():
 
     assert callable(deszoo.check)
     assert not failed(deszoo.check(Kinds, steps=10)) and callable(deszoo.check)
+
+
+class MultiActions(Kinds):
+    """MultiDiscrete([3, 2]) actions, a flat mask of one block per component."""
+
+    def action_space(self, agent):
+        return self._multi
+
+    @property
+    def _multi(self):
+        self.__dict__.setdefault("_md", spaces.MultiDiscrete([3, 2]))
+        return self._md
+
+    def _infos(self):
+        return {a: {"action_mask": np.array([1, 0, 1, 1, 1], dtype=np.int8)}
+                for a in self.agents}
+
+    def step(self, actions):
+        for a, x in actions.items():
+            assert self._multi.contains(np.asarray(x)), f"{a} got {x}, outside the space"
+        return super().step({a: int(x[0]) for a, x in actions.items()})
+
+
+class Unbounded(Kinds):
+    """Box actions without bounds (a policy's raw output)."""
+
+    def action_space(self, agent):
+        self.__dict__.setdefault("_box", spaces.Box(-np.inf, np.inf, (2,), np.float32))
+        return self._box
+
+    def _infos(self):
+        return {a: {} for a in self.agents}
+
+    def step(self, actions):
+        return super().step({a: 0 for a in actions})
+
+
+@pytest.mark.parametrize("env", [MultiActions, Unbounded])
+def test_a_plain_env_of_multidiscrete_or_unbounded_box_actions_passes(env):
+    """deszoo check's own random actions fit the space: one per component from a
+    MultiDiscrete mask's blocks (the vector check sent one int per row and failed), finite
+    values from an unbounded Box (sampling overflowed and five checks failed)."""
+    assert not failed(check(env, steps=30)), failed(check(env, steps=30))

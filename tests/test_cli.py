@@ -249,3 +249,15 @@ def test_scores_writes_its_entry_into_the_current_folder(tmp_path, monkeypatch, 
     assert main(["scores", "random", "loadbalance_v0", "--preset", "small", "--seeds",
                  "2"]) == 0
     assert [p.name for p in tmp_path.iterdir()] == ["loadbalance_v0-small-random.json"]
+
+
+@pytest.mark.parametrize("target", ["devkit.plain_envs:Continuous", "test_check:MultiActions"])
+def test_run_random_replays_an_env_without_masks_or_of_multidiscrete_actions(target, capsys):
+    """The random policy draws from the seed for every space (Box actions came from the
+    space's own unseeded sample(), so the same seed gave another episode each run)."""
+    outs = []
+    for _ in range(2):
+        assert main(["run", target, "--seed", "3"]) == 0
+        out = capsys.readouterr().out
+        outs.append(out[out.rindex("agent "):])  # the returns, after the timings
+    assert outs[0] == outs[1]
