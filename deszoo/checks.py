@@ -46,7 +46,7 @@ import simpy
 
 from deszoo.rollouts import random_action
 
-__all__ = ["EPISODE_SECONDS", "EPISODE_STEPS", "Verdict", "check", "load"]
+__all__ = ["EPISODE_SECONDS", "EPISODE_STEPS", "Verdict", "build", "check", "load"]
 
 EPISODE_STEPS = 100_000
 """``deszoo check``: an episode not over after this many steps fails "episode ends"."""
@@ -163,12 +163,20 @@ def load(target: str) -> Callable[[], Any]:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise ValueError(f"expected MODULE:ATTR (e.g. my_model.env:MyEnv), got {target!r}")
+    if module_name.endswith(".py") or os.sep in module_name:
+        name = Path(module_name).with_suffix("").as_posix().strip("./").replace("/", ".")
+        raise ValueError(f"{module_name!r} is a file path; give the module's import name, "
+                         f"run from the folder it is imported from: {name}:{attr}")
     if "" not in sys.path:
         sys.path.insert(0, "")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # the module itself raised (a SyntaxError, a bug at import)
+        where = "" if isinstance(exc, SyntaxError) else _where(exc)  # (it says where)
+        raise ValueError(f"importing {module_name!r} raised {type(exc).__name__}: "
+                         f"{exc}{where}") from None
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -262,6 +270,7 @@ def _check_observations(env: Any, seed: int, steps: int) -> str:
 _HERE = Path(__file__).parent
 _LIBRARY = (*(str(Path(m.__file__).parent) + os.sep for m in (simpy, pettingzoo, gymnasium, np)),
             str(_HERE / "core") + os.sep, str(_HERE / "vector") + os.sep, __file__,
+            str(_HERE / "episodes.py"),
             os.path.dirname(os.__file__) + os.sep)
 
 
@@ -277,8 +286,33 @@ def _where(exc: BaseException) -> str:
     if not frames:
         return ""
     own = [f for f in frames if not f.filename.startswith(_LIBRARY)]
-    frame = (own or frames)[-1]
+    if not own:  # nowhere in the env's code (a factory called with the wrong arguments)
+        return ""
+    frame = own[-1]
     return f" ({frame.filename.rsplit(os.sep, 1)[-1]}:{frame.lineno})"
+
+
+def build(env_fn: Callable[[], Any], name: str) -> Any:
+    """``env_fn()``, checked to be a PettingZoo ``ParallelEnv``; ``ConfigError`` saying
+    what went wrong otherwise (the env's own error, where in its code)."""
+    from pettingzoo import AECEnv, ParallelEnv
+
+    from deszoo.errors import ConfigError
+
+    try:
+        env = env_fn()
+    except Exception as exc:
+        raise ConfigError(f"building {name} raised {type(exc).__name__}: {exc}"
+                          f"{_where(exc)}") from None
+    if isinstance(env, AECEnv):
+        raise ConfigError(f"{name} is an AEC env ({type(env).__name__}); deszoo steps every "
+                          "agent at once: wrap it with pettingzoo.utils.conversions."
+                          "aec_to_parallel")
+    if not isinstance(env, ParallelEnv) and not all(
+            hasattr(env, a) for a in ("possible_agents", "reset", "step")):
+        raise ConfigError(f"{name} built a {type(env).__name__}, not a PettingZoo "
+                          "ParallelEnv")
+    return env
 
 
 def _check_determinism(env_fn: Callable[[], Any], seed: int, steps: int) -> str:
@@ -381,11 +415,12 @@ def check(env_fn: Callable[[], Any], seed: int = 0, steps: int = 200,
         return False
 
     def builds() -> str:
-        from pettingzoo import ParallelEnv
+        from deszoo.errors import ConfigError
 
-        env = env_fn()
-        if not isinstance(env, ParallelEnv) and not hasattr(env, "possible_agents"):
-            raise CheckFailed(f"{type(env).__name__} is not a PettingZoo ParallelEnv")
+        try:
+            env = build(env_fn, getattr(env_fn, "__name__", "the env"))
+        except ConfigError as exc:
+            raise CheckFailed(str(exc)) from None
         try:
             with _watchdog(episode_seconds + 1.0):  # a reset that never returns
                 env.reset(seed=seed)

@@ -185,14 +185,25 @@ def _list(args: argparse.Namespace, plan: None = None) -> int:
     return 0
 
 
+def _builds(make, name: str) -> None:
+    """Build a user's env once, so a broken one is a one-line error before the work starts."""
+    from deszoo.checks import build
+
+    env = build(make, name)
+    with contextlib.suppress(Exception):
+        env.close()
+
+
 def _check_run(args: argparse.Namespace) -> str:
     """Check ``deszoo run``'s arguments; return the policy (the heuristic when the env has
     one, unless ``--policy`` says)."""
     from deszoo.episodes import target
 
     what = target(args.name, args.preset)  # ConfigError: neither a scenario nor MODULE:ATTR
-    if what.scenario is not None and args.preset is not None:
+    if args.preset is not None:
         cliargs.check_preset(args.name, args.preset)
+    if what.scenario is None:
+        _builds(what.make, args.name)
     policy = args.policy or ("heuristic" if what.heuristic is not None else "random")
     if policy == "heuristic" and what.heuristic is None:
         raise ConfigError(f"argument --policy: {args.name} has no heuristic(obs, mask) in its "
@@ -236,6 +247,10 @@ def _check_profile(args: argparse.Namespace) -> list[str]:
     from deszoo.bench.modes import available_modes
 
     cliargs.check_preset(args.name, args.preset or "default")
+    if ":" in args.name:
+        from deszoo.episodes import env_factory
+
+        _builds(env_factory(args.name, args.preset), args.name)
     if args.no_vector:
         if args.modes:
             raise ConfigError("argument --modes: not with --no-vector")

@@ -106,7 +106,7 @@ def target(text: str, preset: str | None = None) -> Target:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     heuristic = getattr(importlib.import_module(text.partition(":")[0]), "heuristic", None)
-    kwargs = {} if preset is None else {"preset": preset}
+    kwargs = {} if preset in (None, "default") else {"preset": preset}  # as env_factory
     return Target(text, lambda: factory(**kwargs), heuristic, None)
 
 

@@ -122,6 +122,16 @@ def test_bench_quick_with_scenarios_is_small_work(in_models):
     (["profile", "carwash_env:CarwashEnv", "--preset", "huge"], "unknown preset 'huge'"),
     (["profile", "jobshop_v0", "--modes", "warp"], "--modes: unknown or unavailable"),
     (["profile", "jobshop_v0", "--no-vector", "--modes", "shm"], "not with --no-vector"),
+    (["run", "plain_env:Counters", "--preset", "fast"], "declares no presets"),
+    (["run", "carwash_env:CarwashEnv", "--preset", "huge"], "unknown preset 'huge'"),
+    (["run", "broken_models:needs"], "building broken_models:needs raised TypeError: needs() "
+                                     "missing 1 required positional argument: 'horizon'"),
+    (["run", "broken_models:not_env"], "built a int, not a PettingZoo ParallelEnv"),
+    (["profile", "broken_models:not_env", "--no-vector"], "built a int, not a PettingZoo"),
+    (["run", "broken_models:Turns"], "is an AEC env (Turns)"),
+    (["check", "./plain_env.py:Counters"], "is a file path; give the module's import name, "
+                                           "run from the folder it is imported from: "
+                                           "plain_env:Counters"),
 ])
 def test_bad_arguments_name_the_problem(argv, message, in_models, capsys):
     assert main(argv) == 2
@@ -355,3 +365,23 @@ def test_advice_gives_a_range_where_the_sampler_disagrees():
     assert _share(Part("SimPy", 30.0, 90.0, 3.0, 40.0, sampled=0.33), 100.0) == (0.3, "30%")
     mid, said = _share(Part("SimPy", 43.0, 90.0, 3.0, 40.0, sampled=0.17), 100.0)
     assert mid == pytest.approx(0.30) and said == "17%-43% (profile and sampler)"
+
+
+def test_a_module_that_fails_to_import_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    """A SyntaxError or an exception at import is the user's: one line with where it is
+    (it was a traceback through deszoo)."""
+    (tmp_path / "oops_model.py").write_text("raise RuntimeError('import-time boom')\n")
+    (tmp_path / "typo_model.py").write_text("def f(:\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["check", "oops_model:Env"]) == 2
+    assert ("importing 'oops_model' raised RuntimeError: import-time boom (oops_model.py:1)"
+            in capsys.readouterr().err)
+    assert main(["run", "typo_model:Env"]) == 2
+    assert "importing 'typo_model' raised SyntaxError" in capsys.readouterr().err
+
+
+def test_run_default_preset_of_an_env_without_presets(in_models, capsys):
+    """--preset default is every env's own defaults (it was passed as preset="default" to a
+    class that takes no preset, a TypeError)."""
+    assert main(["run", "plain_env:Counters", "--preset", "default"]) == 0

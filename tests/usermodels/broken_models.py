@@ -1,0 +1,27 @@
+"""Targets a user might give by mistake: a factory that needs an argument, one that returns
+no env, and an AEC env (deszoo steps every agent at once)."""
+
+from gymnasium import spaces
+from pettingzoo import AECEnv
+from plain_env import Counters
+
+
+def needs(horizon):
+    return Counters()
+
+
+def not_env():
+    return 42
+
+
+class Turns(AECEnv):
+    metadata = {"name": "turns_v0"}
+
+    def __init__(self):
+        self.possible_agents = ["a", "b"]
+
+    def observation_space(self, agent):
+        return spaces.Discrete(2)
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
