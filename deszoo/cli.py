@@ -247,13 +247,24 @@ def _check_profile(args: argparse.Namespace) -> list[str]:
     from deszoo.bench.modes import available_modes
 
     cliargs.check_preset(args.name, args.preset or "default")
-    if ":" in args.name:
-        from deszoo.episodes import env_factory
+    discrete = True
+    if ":" in args.name:  # built once: a broken env is a one-line error
+        from gymnasium import spaces
 
-        _builds(env_factory(args.name, args.preset), args.name)
+        from deszoo.bench.modes import user_action_type
+
+        kind = user_action_type(args.name, args.preset)
+        discrete = kind is spaces.Discrete
     if args.no_vector:
         if args.modes:
             raise ConfigError("argument --modes: not with --no-vector")
+        return []
+    if not discrete:  # the vector rows' policy draws one legal action per row from the mask
+        if args.modes:
+            raise ConfigError(f"argument --modes: {args.name} has {kind.__name__} actions; "
+                              "the vector rows need Discrete ones (use --no-vector)")
+        print(f"note: {args.name} has {kind.__name__} actions: profiled without the vector "
+              "rows (their policy needs Discrete actions)", file=sys.stderr)
         return []
     from deszoo.profile import DEFAULT_MODES
 

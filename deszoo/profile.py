@@ -84,7 +84,6 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _SIMPY = os.path.dirname(os.path.abspath(simpy.__file__)) + os.sep
 _CORE = os.path.join(_HERE, "core") + os.sep
 _ENVS = os.path.join(_HERE, "envs") + os.sep
-_ADAPTER = os.path.join(_HERE, "vector", "adapter.py")
 _DESZOO = _HERE + os.sep
 _THIS = os.path.abspath(__file__)
 
@@ -322,7 +321,7 @@ def _kind(filename: str, model: tuple[set[str], set[str]]) -> str:
         return "model"
     if path.startswith(_SIMPY):
         return "SimPy"
-    if path.startswith(_DESZOO) or path == _ADAPTER:
+    if path.startswith(_DESZOO):
         return "bridge"
     if path.startswith(_LIBRARY):
         return "library"
@@ -640,7 +639,12 @@ def advise(report: Report) -> list[str]:
             f"a simpy.Resource; see {SPEED_DOCS}")))
     bridge = report.part("bridge")
     share, said = _share(bridge, step)
-    if share >= 0.4:
+    if share >= 0.4 and report.events_per_step is None:  # a plain ParallelEnv
+        found.append((share, (
+            f"{said} of the step is deszoo's adapter ({bridge.us:.1f} us), which copies "
+            "the dict API's results into arrays: the model does little per step; a "
+            "SimPyParallelEnv fills the arrays itself (see docs/custom.md)")))
+    elif share >= 0.4:
         found.append((share, (
             f"{said} of the step is the bridge ({bridge.us:.1f} us): the model does "
             "little per step, so the step's fixed cost dominates; more work per step pays "

@@ -129,6 +129,9 @@ def test_bench_quick_with_scenarios_is_small_work(in_models):
     (["run", "broken_models:not_env"], "built a int, not a PettingZoo ParallelEnv"),
     (["profile", "broken_models:not_env", "--no-vector"], "built a int, not a PettingZoo"),
     (["run", "broken_models:Turns"], "is an AEC env (Turns)"),
+    (["bench", "--scenarios", "broken_models:Multi", "--quick"], "has MultiDiscrete actions; "
+                                                                 "the benchmark's policy"),
+    (["profile", "broken_models:Multi", "--modes", "shm"], "the vector rows need Discrete"),
     (["check", "./plain_env.py:Counters"], "is a file path; give the module's import name, "
                                            "run from the folder it is imported from: "
                                            "plain_env:Counters"),
@@ -385,3 +388,12 @@ def test_run_default_preset_of_an_env_without_presets(in_models, capsys):
     """--preset default is every env's own defaults (it was passed as preset="default" to a
     class that takes no preset, a TypeError)."""
     assert main(["run", "plain_env:Counters", "--preset", "default"]) == 0
+
+
+def test_profile_of_an_env_the_vector_rows_cannot_drive_reports_without_them(in_models,
+                                                                            capsys):
+    """MultiDiscrete actions: the report comes without the vector rows, saying why (the
+    whole profile ran, then a traceback)."""
+    assert main(["profile", "broken_models:Multi", "--steps", "100", "--repeats", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "profiled without the vector rows" in err and "adapter" in out

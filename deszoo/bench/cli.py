@@ -215,6 +215,14 @@ def _check_entries(entries: list[str], presets: list[str] | None) -> None:
             raise ConfigError(f"argument --scenarios: {exc}") from None
         for p in [preset] if preset else presets or ["default"]:
             cliargs.check_preset(name, p, "--scenarios" if preset else "--presets")
+            if ":" in name:  # built once: a broken env, or one the policy cannot drive
+                from deszoo.bench.modes import user_action_type
+
+                kind = user_action_type(name, p)
+                if kind.__name__ != "Discrete":
+                    raise ConfigError(f"argument --scenarios: {name} has {kind.__name__} "
+                                      "actions; the benchmark's policy (one legal action per "
+                                      "row, from the mask) needs Discrete ones")
 
 
 def _apply_settings(matrix, args: argparse.Namespace) -> None:

@@ -117,6 +117,24 @@ def build_env(work: Work):
     return env
 
 
+def user_action_type(name: str, preset: str | None) -> type:
+    """Build a user's env (``MODULE:ATTR``) once: the type of its rows' actions
+    (``ConfigError`` if it does not build, or builds no ParallelEnv)."""
+    from deszoo.checks import build
+    from deszoo.core.arrays import is_array_env
+    from deszoo.episodes import env_factory
+
+    env = build(env_factory(name, preset), name)
+    try:
+        if is_array_env(env):
+            return env.rows.type
+        from deszoo.core.adapter import ParallelEnvArrays
+
+        return ParallelEnvArrays(env).rows.type
+    finally:
+        env.close()
+
+
 def discrete_actions(env, label: str) -> int:
     """The number of actions of ``env``'s rows; ``ConfigError`` unless they are Discrete
     (the benchmark's policy draws one legal action per row from the mask)."""

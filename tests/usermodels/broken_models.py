@@ -25,3 +25,19 @@ class Turns(AECEnv):
 
     def action_space(self, agent):
         return spaces.Discrete(2)
+
+
+class Multi(Counters):
+    """MultiDiscrete actions, which the benchmark's policy (Discrete) cannot drive."""
+
+    def __init__(self):
+        super().__init__()
+        self._act_space = spaces.MultiDiscrete([3, 2])
+
+    def reset(self, seed=None, options=None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {}
+
+    def step(self, actions):
+        obs, rew, term, trunc, _ = super().step({a: int(x[0]) for a, x in actions.items()})
+        return obs, rew, term, trunc, {a: {} for a in obs}
