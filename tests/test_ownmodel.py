@@ -111,6 +111,12 @@ def test_bench_quick_with_scenarios_is_small_work(in_models):
     assert (work.scenario, work.preset) == ("carwash_env:CarwashEnv", "small")
     assert work.env_steps == QUICK_SCENARIO_STEPS
     assert plan.matrix.repeats == QUICK_SCENARIO_REPEATS
+    # --steps changes the steps only (it used to bring back the full suite's repeats)
+    args = build_parser().parse_args(["bench", "--scenarios", "carwash_env:CarwashEnv/small",
+                                      "--quick", "--steps", "500"])
+    plan = args.cmd_check(args)
+    assert plan.matrix.works()[0].env_steps == 500
+    assert plan.matrix.repeats == QUICK_SCENARIO_REPEATS
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -286,11 +286,11 @@ def _matrix_plan(args: argparse.Namespace) -> BenchPlan:
         matrix.scenarios, matrix.work_list = entries, None
         if args.presets:
             matrix.presets = args.presets
-        if args.steps is not None:
-            matrix.env_steps = args.steps
-        elif args.quick:  # your own scenarios, quickly: a first look in seconds
+        if args.quick:  # your own scenarios, quickly: a first look in seconds
             matrix.env_steps = QUICK_SCENARIO_STEPS
             matrix.repeats = QUICK_SCENARIO_REPEATS
+        if args.steps is not None:
+            matrix.env_steps = args.steps
     elif matrix.work_list is not None:  # the quick suite: its works, changed by the options
         if args.presets:
             _check_entries([w.scenario for w in matrix.work_list], args.presets)
