@@ -135,26 +135,27 @@ def _check_ends(env_fn: Callable[[], Any], seed: int, max_steps: int,
     env = env_fn()
     rng = np.random.default_rng(2)
     n = 0
+    what, limit = "reset", max_seconds + 1.0  # a single call that never returns
     start = time.perf_counter()
     try:
-        with _watchdog(max_seconds + 1.0):  # a step that never returns
+        with _watchdog(limit):
             obs, infos = env.reset(seed=seed)
-            while env.agents:
-                spent = time.perf_counter() - start
-                if n >= max_steps or spent >= max_seconds:
-                    bound = (f"{n} steps" if n >= max_steps
-                             else f"{spent:.0f} s ({n} steps)")
-                    raise CheckFailed(
-                        f"the episode (seed {seed}) had not ended after {bound}{_clock(env)}: "
-                        f"the model never ends; {_never_ends_fix(env)}. (Bounds of this "
-                        f"check: {max_steps} steps or {max_seconds:g} s, whichever first; "
-                        "deszoo check --episode-steps / --episode-seconds change them)"
-                    )
+        while env.agents:
+            spent = time.perf_counter() - start
+            if n >= max_steps or spent >= max_seconds:
+                bound = f"{n} steps" if n >= max_steps else f"{spent:.2g} s ({n} steps)"
+                raise CheckFailed(
+                    f"the episode (seed {seed}) had not ended after {bound}{_clock(env)}: "
+                    f"the model never ends; {_never_ends_fix(env)}. (Bounds of this "
+                    f"check: {max_steps} steps or {max_seconds:g} s, whichever first; "
+                    "deszoo check --episode-steps / --episode-seconds change them)"
+                )
+            what = f"step {n + 1}"
+            with _watchdog(limit):  # per call: slow steps that add up are no hang
                 obs, _, _, _, infos = env.step(_actions(env, obs, infos, rng))
-                n += 1
+            n += 1
     except _Alarm:
-        what = "reset" if n == 0 else f"step {n + 1}"
-        raise StepHangs(_hang_message(what, max_seconds + 1.0, env)) from None
+        raise StepHangs(_hang_message(what, limit, env)) from None
     return f"ended after {n} steps{_clock(env)}"
 
 

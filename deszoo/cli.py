@@ -102,32 +102,39 @@ def _stall_notice(seconds: float = STALL_SECONDS):
     Watches nothing outside the main thread or without ``SIGALRM``."""
     import signal
     import threading
+    import time
 
-    seen = {"steps": -1, "env": None}
+    seen = {"steps": -1, "env": None, "at": time.monotonic()}
 
     def on_step(env, rewards, infos):
         seen["steps"] += 1
         seen["env"] = env
+        seen["at"] = time.monotonic()
 
     if not hasattr(signal, "setitimer") or (threading.current_thread()
                                             is not threading.main_thread()):
         yield on_step
         return
-    last = {"steps": -2}
+    told = {"steps": seen["steps"], "times": 0}  # notices of the call in flight
 
     def tick(signum, frame):
-        if seen["steps"] == last["steps"]:
-            now = getattr(seen["env"], "now", None)
-            clock = "" if now is None else f", simulated time {float(now):.6g}"
-            what = "the reset" if seen["steps"] < 0 else f"step {seen['steps'] + 1}"
-            print(f"deszoo run: {what} has not returned for {seconds:g} s{clock}: a model "
-                  "whose processes run without reaching a decision point or an end never "
-                  "returns (deszoo check names the fix); Ctrl-C stops it", file=sys.stderr,
-                  flush=True)
-        last["steps"] = seen["steps"]
+        if seen["steps"] != told["steps"]:
+            told.update(steps=seen["steps"], times=0)
+        stuck = time.monotonic() - seen["at"]
+        if stuck < seconds * (told["times"] + 1):
+            return
+        told["times"] += 1
+        clock = getattr(seen["env"], "now", None)
+        clock = "" if clock is None else f", simulated time {float(clock):.6g}"
+        what = "the reset" if seen["steps"] < 0 else f"step {seen['steps'] + 1}"
+        print(f"deszoo run: {what} has not returned for {stuck:.2g} s{clock}: a model "
+              "whose processes run without reaching a decision point or an end never "
+              "returns (deszoo check names the fix); Ctrl-C stops it", file=sys.stderr,
+              flush=True)
 
     old = signal.signal(signal.SIGALRM, tick)
-    signal.setitimer(signal.ITIMER_REAL, seconds, seconds)
+    tick_s = min(1.0, seconds / 4)
+    signal.setitimer(signal.ITIMER_REAL, tick_s, tick_s)
     try:
         yield on_step
     finally:

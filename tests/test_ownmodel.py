@@ -326,6 +326,30 @@ def test_check_stops_at_a_step_that_never_returns(in_models):
     assert "did not return within" in last.detail and "max_time" in last.detail, last.detail
 
 
+def test_check_takes_slow_steps_for_slow_not_hung(in_models):
+    """The hang watchdog times each reset and step, not the episode: slow steps that add up
+    past --episode-seconds fail "episode ends" only, and every other check still runs (it
+    said step 2 hung and skipped the rest), naming the step after the reset right."""
+    import time
+
+    from plain_env import Counters
+
+    from deszoo.checks import check
+
+    class Slow(Counters):
+        steps = [0]  # in this process: the first episode's steps 1 and 2 are slow
+
+        def step(self, actions):
+            self.steps[0] += 1
+            time.sleep({1: 0.3, 2: 1.2}.get(self.steps[0], 0.0))
+            return super().step(actions)
+
+    verdicts = check(Slow, steps=2, episode_seconds=0.4)  # a call may take 1.4 s
+    ends = next(v for v in verdicts if v.name == "episode ends")
+    assert not ends.ok and "had not ended after" in ends.detail, ends.detail
+    assert len(verdicts) == 9
+
+
 def test_check_bound_is_an_option(in_models, capsys):
     assert main(["check", "forever_env:ForeverEnv", "--steps", "20", "--episode-steps",
                  "500"]) == 1
@@ -356,8 +380,14 @@ def test_run_says_when_a_step_does_not_return(capsys):
         on_step(None, {}, {})  # the reset returned
         time.sleep(0.35)  # step 1 does not return
     err = capsys.readouterr().err
-    assert err.startswith("deszoo run: step 1 has not returned for 0.1 s"), err
+    assert err.startswith("deszoo run: step 1 has not returned for 0."), err
     assert "deszoo check names the fix" in err
+    # The first notice comes once the step has run that long (it came after twice that:
+    # the first tick only took note of the step).
+    with _stall_notice(0.4) as on_step:
+        on_step(None, {}, {})
+        time.sleep(0.7)
+    assert "has not returned for 0." in capsys.readouterr().err
 
 
 def test_the_bounds_are_one_figure():
