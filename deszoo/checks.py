@@ -385,12 +385,14 @@ def _check_vector(env_fn: Callable[[], Any], seed: int, steps: int) -> str:
 
 def check(env_fn: Callable[[], Any], seed: int = 0, steps: int = 200,
           episode_steps: int = EPISODE_STEPS,
-          episode_seconds: float = EPISODE_SECONDS) -> list[Verdict]:
+          episode_seconds: float = EPISODE_SECONDS,
+          on_verdict: Callable[[Verdict], None] | None = None) -> list[Verdict]:
     """Run every check on ``env_fn`` (a class or zero-argument factory); see the module
     docstring. Returns one :class:`Verdict` per check; later checks are skipped when the
     env cannot even be built, or when one of its steps does not return.
 
-    ``episode_steps`` and ``episode_seconds`` bound the "episode ends" check."""
+    ``episode_steps`` and ``episode_seconds`` bound the "episode ends" check;
+    ``on_verdict`` is called with each verdict as soon as it is known."""
     import contextlib
     import io
     import warnings
@@ -405,15 +407,17 @@ def check(env_fn: Callable[[], Any], seed: int = 0, steps: int = 200,
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
                 warnings.simplefilter("ignore")
                 detail = fn()
-            verdicts.append(Verdict(name, True, detail or ""))
-            return True
+            verdict = Verdict(name, True, detail or "")
         except CheckFailed as exc:
-            verdicts.append(Verdict(name, False, str(exc)))
+            verdict = Verdict(name, False, str(exc))
             if isinstance(exc, StepHangs):
                 hung.append(name)
         except Exception as exc:
-            verdicts.append(Verdict(name, False, f"{type(exc).__name__}: {exc}{_where(exc)}"))
-        return False
+            verdict = Verdict(name, False, f"{type(exc).__name__}: {exc}{_where(exc)}")
+        verdicts.append(verdict)
+        if on_verdict is not None:
+            on_verdict(verdict)
+        return verdict.ok
 
     def builds() -> str:
         from deszoo.errors import ConfigError
@@ -450,9 +454,12 @@ def _call(fn: Callable[[], Any]) -> Any:
     return fn()
 
 
+NAME_WIDTH = len("pettingzoo seed")
+"""The longest check's name: verdicts printed one at a time line up."""
+
+
 def report(verdicts: list[Verdict]) -> str:
     """The verdicts as aligned text lines."""
-    width = max(len(v.name) for v in verdicts)
     return "\n".join(
-        f"{'PASS' if v.ok else 'FAIL'}  {v.name:<{width}}  {v.detail}" for v in verdicts
+        f"{'PASS' if v.ok else 'FAIL'}  {v.name:<{NAME_WIDTH}}  {v.detail}" for v in verdicts
     )

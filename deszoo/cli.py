@@ -241,8 +241,8 @@ def _run_check(args: argparse.Namespace, env_fn) -> int:
     print(f"checking {args.target} (seed {args.seed}, {args.steps} steps)")
     sys.stdout.flush()
     verdicts = check(env_fn, seed=args.seed, steps=args.steps,
-                     episode_steps=args.episode_steps, episode_seconds=args.episode_seconds)
-    print(report(verdicts))
+                     episode_steps=args.episode_steps, episode_seconds=args.episode_seconds,
+                     on_verdict=lambda v: print(report([v]), flush=True))
     failed = [v.name for v in verdicts if not v.ok]
     print(f"\n{len(verdicts) - len(failed)} of {len(verdicts)} checks passed"
           + (f"; failed: {', '.join(failed)}" if failed else ""))

@@ -186,3 +186,11 @@ def test_a_plain_env_of_multidiscrete_or_unbounded_box_actions_passes(env):
     MultiDiscrete mask's blocks (the vector check sent one int per row and failed), finite
     values from an unbounded Box (sampling overflowed and five checks failed)."""
     assert not failed(check(env, steps=30)), failed(check(env, steps=30))
+
+
+def test_each_verdict_is_given_as_soon_as_it_is_known():
+    """deszoo check prints a check's line when it ends (it printed all nine at the end: a
+    slow model showed nothing for minutes)."""
+    seen = []
+    verdicts = check(Kinds, steps=20, on_verdict=lambda v: seen.append((v, len(seen))))
+    assert [v for v, _ in seen] == verdicts and len(verdicts) == 9
