@@ -7,7 +7,9 @@ scenarios) and the presets of each scenario, for checks and for ``--help``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -17,6 +19,7 @@ from deszoo.errors import ConfigError
 __all__ = [
     "SEED_MAX",
     "SEED_HELP",
+    "STALL_SECONDS",
     "ArgumentParser",
     "check_output_path",
     "check_env",
@@ -32,6 +35,7 @@ __all__ = [
     "scenario_presets",
     "seed",
     "stdout_broken",
+    "stall_watch",
     "stdout_is_closed",
 ]
 
@@ -251,3 +255,45 @@ def stdout_is_closed() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):  # no real file descriptor (tests capture stdout)
         pass
+
+
+STALL_SECONDS = 60.0
+"""``deszoo bench`` and ``profile`` say so on stderr when a phase shows no progress this long."""
+
+
+@contextlib.contextmanager
+def stall_watch(command: str, seconds: float = STALL_SECONDS) -> Iterator[Callable[[str], None]]:
+    """Yield ``note(what)``, to call at each sign of progress; once none has come for
+    ``seconds`` (and every ``seconds`` after), a notice on stderr names the last one: a step
+    that never returns must not be a silent hang. Watches nothing outside the main thread
+    or without ``SIGALRM``."""
+    import signal
+    import threading
+    import time
+
+    last = {"what": "starting", "at": time.monotonic(), "told": 0}
+
+    def note(what: str) -> None:
+        last.update(what=what or last["what"], at=time.monotonic(), told=0)
+
+    if not hasattr(signal, "setitimer") or (threading.current_thread()
+                                            is not threading.main_thread()):
+        yield note
+        return
+
+    def tick(signum: int, frame: object) -> None:
+        stuck = time.monotonic() - last["at"]
+        if stuck >= seconds * (last["told"] + 1):
+            last["told"] += 1
+            print(f"\n{command}: no progress for {stuck:.2g} s ({last['what']}): a step that "
+                  "never returns stays here (deszoo check MODULE:ATTR finds one); Ctrl-C "
+                  "stops it", file=sys.stderr, flush=True)
+
+    old = signal.signal(signal.SIGALRM, tick)
+    every = min(1.0, seconds / 4)
+    signal.setitimer(signal.ITIMER_REAL, every, every)
+    try:
+        yield note
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

@@ -287,12 +287,15 @@ def _check_profile(args: argparse.Namespace) -> list[str]:
 def _run_profile(args: argparse.Namespace, modes: list[str]) -> int:
     from deszoo.profile import format_report, profile
 
-    def say(text: str) -> None:
-        print(f"  {text} ...", file=sys.stderr, flush=True)
+    with cliargs.stall_watch("deszoo profile") as note:
 
-    report = profile(args.name, preset=args.preset, steps=args.steps, num_envs=args.num_envs,
-                     modes=modes, num_workers=args.workers, seed=args.seed,
-                     repeats=args.repeats, progress=say)
+        def say(text: str) -> None:
+            note(text)
+            print(f"  {text} ...", file=sys.stderr, flush=True)
+
+        report = profile(args.name, preset=args.preset, steps=args.steps,
+                         num_envs=args.num_envs, modes=modes, num_workers=args.workers,
+                         seed=args.seed, repeats=args.repeats, progress=say)
     print(format_report(report))
     return 0
 

@@ -433,3 +433,22 @@ def test_profile_of_an_env_the_vector_rows_cannot_drive_reports_without_them(in_
     assert main(["profile", "broken_models:Multi", "--steps", "100", "--repeats", "1"]) == 0
     out, err = capsys.readouterr()
     assert "profiled without the vector rows" in err and "adapter" in out
+
+
+def test_bench_and_profile_say_when_a_phase_shows_no_progress(capsys):
+    """The notice deszoo bench and profile print (here after 0.2 s instead of 60) while a
+    row or phase makes no progress: a step that never returns is not a silent hang."""
+    import time
+
+    from deszoo._cliargs import stall_watch
+
+    with stall_watch("deszoo bench", 0.2) as note:
+        note("hang_env:HangEnv serial")
+        time.sleep(0.5)
+    err = capsys.readouterr().err
+    assert "deszoo bench: no progress for 0." in err and "(hang_env:HangEnv serial)" in err
+    with stall_watch("deszoo profile", 0.4) as note:
+        for _ in range(6):  # progress every 0.1 s: nothing to say
+            note("recording")
+            time.sleep(0.1)
+    assert capsys.readouterr().err == ""

@@ -537,10 +537,11 @@ def run_bench(args: argparse.Namespace, plan: BenchPlan | None) -> int:
     if plan.train is not None:
         return _run_train(args, plan.train, console, command)
     progress = _progress(console, args.no_progress)
-    with progress:
+    with progress, cliargs.stall_watch("deszoo bench") as note:
         task = progress.add_task("starting", total=total_units(plan.matrix, plan.configs))
 
         def tick(advance: float, description: str) -> None:
+            note(description)
             progress.update(task, advance=advance, description=description)
 
         try:
