@@ -362,7 +362,7 @@ def _check_scores(args: argparse.Namespace):
             raise ConfigError(f"argument POLICY: {exc}; use random") from None
         name, source = "heuristic", "builtin:heuristic"
     elif args.policy.endswith(".zip") or Path(args.policy).is_file():
-        policy, timesteps = _load_sb3(Path(args.policy))
+        policy, timesteps = _load_sb3(Path(args.policy), args.name, args.preset)
         name, source = Path(args.policy).stem, str(args.policy)
         training = {"algorithm": "saved SB3 model", "timesteps": timesteps,
                     "wall_s": args.train_wall}
@@ -406,10 +406,12 @@ def _check_summary(args: argparse.Namespace):
 
     entries, rejected = load(args.summary)
     if not tasks_from([e.data for e in entries]):
+        left_out = "".join(f"; {path.name} left out: {'; '.join(errors)}"
+                           for path, errors in rejected)
         raise ConfigError(f"argument --summary: no scenario and preset in {str(args.summary)!r} "
                           "has both a random and a heuristic entry on the 20 held-out seeds "
                           "(add them with `deszoo scores random NAME` and `deszoo scores "
-                          "heuristic NAME`)")
+                          f"heuristic NAME`){left_out}")
     return "summary", entries, rejected
 
 
@@ -430,8 +432,9 @@ def _run_summary(plan) -> int:
     return 0
 
 
-def _load_sb3(path: Path):
-    """A saved SB3 model as a greedy policy over rows, and its training timesteps."""
+def _load_sb3(path: Path, scenario: str, preset: str):
+    """A saved SB3 model as a greedy policy over rows, and its training timesteps
+    (``ConfigError`` unless its spaces are those of ``scenario``'s rows)."""
     if not path.is_file():
         raise ConfigError(f"argument POLICY: no file {str(path)!r}")
     try:
@@ -449,6 +452,7 @@ def _load_sb3(path: Path):
         except Exception as exc:  # not a zip of this algorithm: try the next one
             errors.append(f"{cls.__name__}: {type(exc).__name__}")
             continue
+        _check_model_spaces(model, path, scenario, preset)
         if cls is MaskablePPO:
             def policy(obs, mask, model=model):
                 return model.predict(obs, action_masks=mask, deterministic=True)[0]
@@ -458,6 +462,24 @@ def _load_sb3(path: Path):
         return policy, int(model.num_timesteps)
     raise ConfigError(f"argument POLICY: {str(path)!r} is not a saved MaskablePPO or PPO "
                       f"model ({', '.join(errors)})")
+
+
+def _check_model_spaces(model, path: Path, scenario: str, preset: str) -> None:
+    """A model trained on another task gets a one-line error, not a failure mid-score."""
+    from deszoo.episodes import env_factory
+
+    env = env_factory(scenario, preset)()
+    try:
+        rows = env.rows
+        want = (rows.batch_observation_space(), rows.batch_action_space())
+    finally:
+        env.close()
+    got = (model.observation_space, model.action_space)
+    if got[0].shape != want[0].shape or got[1] != want[1]:
+        raise ConfigError(
+            f"argument POLICY: {str(path)!r} was trained on observations {got[0].shape} and "
+            f"actions {got[1]}; {scenario} ({preset}) has rows of {want[0].shape} and "
+            f"{want[1]}: a model of another scenario or preset?")
 
 
 def _run_scores(args: argparse.Namespace, plan) -> int:
@@ -595,7 +617,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--label", default=None, metavar="NAME",
                     help="the policy's name in the entry and the tables (default: random, "
                     "heuristic, MODULE:ATTR, or the model file's stem)")
-    sc.add_argument("--train-wall", type=float, default=None, metavar="S",
+    sc.add_argument("--train-wall", type=cliargs.positive_float, default=None, metavar="S",
                     help="training wall seconds to record with a saved model")
     sc.add_argument("--out", type=Path, default=Path("."), metavar="DIR",
                     help="folder of the entries (default: the current folder)")

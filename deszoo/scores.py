@@ -279,7 +279,8 @@ FIELDS = [
     Field("command", (str,), "The command line that wrote it."),
     Field("deszoo_version", (str,), "deszoo's version."),
     Field("scenario", (str,), "Registered scenario name (with its version suffix)."),
-    Field("version", (int,), "The scenario's version."),
+    Field("version", (int, type(None)), "The scenario's version (null for a user's env "
+          "whose name has no `_vN` suffix)."),
     Field("preset", (str,), "Scenario preset."),
     Field("policy", (str,), "The policy's name in the tables."),
     Field("source", (str,), "Where the policy came from: `builtin:random`, a model path, ..."),
@@ -301,7 +302,8 @@ NOTE = Field("note", (str,), "Optional: one line the page prints beside the entr
 TRAINING_FIELDS = [
     Field("algorithm", (str,), "e.g. `MaskablePPO (sb3-contrib)`, `examples/ppo_loop.py`."),
     Field("timesteps", (int,), "Rows stepped in training (agent decisions offered)."),
-    Field("wall_s", _NUM, "Wall seconds of training (evaluations for the curve excluded)."),
+    Field("wall_s", (*_NUM, type(None)), "Wall seconds of training (evaluations for the "
+          "curve excluded); null when not given."),
 ]
 
 
@@ -336,6 +338,9 @@ def validate(entry: Any) -> list[str]:
             errors.append(f"ci95 {ci} is not the 95% t-interval of returns ({lo}, {hi})")
     if entry["training"] is not None:
         errors += _fields(entry["training"], TRAINING_FIELDS, "training.")
+        wall = entry["training"].get("wall_s")
+        if isinstance(wall, _NUM) and not (math.isfinite(wall) and wall > 0):
+            errors.append(f"training.wall_s {wall!r} must be a positive number of seconds")
     if "note" in entry and not isinstance(entry["note"], str):
         errors.append(f"note is {type(entry['note']).__name__}, expected str")
     return errors
@@ -490,7 +495,8 @@ def render(entries: list[Entry]) -> str:
                 f"{d['mean']:.1f} | [{lo:.1f}, {hi:.1f}] | {norm} | {paired} | "
                 f"{t['algorithm'] if t else '-'} | "
                 f"{'-' if not t else format(t['timesteps'], ',')} | "
-                f"{'-' if not t else _duration(t['wall_s'])} | `{d['work_hash']}` | "
+                f"{'-' if not t or t['wall_s'] is None else _duration(t['wall_s'])} | "
+                f"`{d['work_hash']}` | "
                 f"[{e.path.stem}](../benchmarks/scores/{e.path.name}) |"
             )
     lines += ["", "## Entry format", "",

@@ -84,6 +84,8 @@ def test_an_entry_is_valid_and_holds_the_evaluation(entry):
      "training.timesteps is str"),
     (lambda e: e.update(schema="deszoo.scores/0"), "schema 'deszoo.scores/0'"),
     (lambda e: e.update(note=["loops"]), "note is list"),
+    (lambda e: e.update(training={"algorithm": "x", "timesteps": 1, "wall_s": -5.0}),
+     "training.wall_s -5.0 must be a positive number"),
 ])
 def test_validate_names_what_is_wrong(entry, change, message):
     bad = copy.deepcopy(entry)
@@ -218,3 +220,13 @@ def test_cli_scores_a_saved_sb3_model(tmp_path, capsys):
     finally:
         torch.set_num_threads(threads)
     np.testing.assert_allclose(written["returns"], expected)
+    # Without --train-wall the entry is valid too (wall_s null, "-" on the page); a model of
+    # another scenario is a one-line error, not a traceback mid-score.
+    argv = argv[:-2] + ["--force"]
+    assert main(argv) == 0
+    written = json.loads((tmp_path / "loadbalance_v0-small-tiny.json").read_text())
+    assert written["training"]["wall_s"] is None and validate(written) == []
+    capsys.readouterr()
+    assert main(["scores", str(tmp_path / "tiny.zip"), "jobshop_v0", "--preset", "small",
+                 "--seeds", "2", "--out", str(tmp_path)]) == 2
+    assert "a model of another scenario or preset?" in capsys.readouterr().err
