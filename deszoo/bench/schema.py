@@ -147,8 +147,8 @@ ROW_FIELDS = [
        True),
     _f("sim_time_per_s", OPT_NUM, "Simulated time advanced, summed over envs, per wall second."),
     _f("events_per_s", OPT_NUM, "SimPy events processed per wall second."),
-    _f("speedup_vs_serial", OPT_NUM, "Median wall of `serial` (same work, same `num_envs`) "
-       "over this row's."),
+    _f("speedup_vs_serial", OPT_NUM, "`env_steps_per_s` over serial's (same work, same "
+       "`num_envs`); with odd repeats, serial's median wall over this row's."),
     _f("parallel_efficiency", OPT_NUM, "`speedup_vs_serial / max(num_workers, 1)`."),
     _f("parent_cpu_us_per_step", OPT_NUM, "Median parent CPU microseconds per env step.", True),
     _f("harness_us_per_step", OPT_NUM, "Median policy and logging microseconds per env step.",
