@@ -91,6 +91,9 @@ BAD = [
     (["scores", "smart", "jobshop_v0"], "expected random, heuristic, MODULE:ATTR or a saved"),
     (["scores", "no/such/model.zip", "jobshop_v0"], "no file 'no/such/model.zip'"),
     (["scores", "random", "jobshop_v0", "--train-wall", "3"], "--train-wall: only for a"),
+    (["scores", "x.zip", "jobshop_v0", "--train-wall", "nan"], "--train-wall: expected a "
+                                                              "positive number, got 'nan'"),
+    (["bench", "--out", "r.png", "--plot", "r.png"], "--plot: 'r.png' is the --out file too"),
     (["scores", "random", "jobshop_v0", "--out", "no/such/folder"], "--out: no folder"),
 ]
 
@@ -261,3 +264,17 @@ def test_run_random_replays_an_env_without_masks_or_of_multidiscrete_actions(tar
         out = capsys.readouterr().out
         outs.append(out[out.rindex("agent "):])  # the returns, after the timings
     assert outs[0] == outs[1]
+
+
+def test_bench_replaces_a_result_file_only_with_force(tmp_path, capsys):
+    """A result file is kept (it was replaced silently, a run's figures lost)."""
+    out = tmp_path / "r.json"
+    out.write_text("{}")
+    assert main(["bench", "--scenarios", "jobshop_v0/small", "--modes", "serial",
+                 "--steps", "64", "--repeats", "1", "--out", str(out)]) == 2
+    assert "exists; pass --force to replace it" in capsys.readouterr().err
+    assert out.read_text() == "{}"
+    assert main(["bench", "--scenarios", "jobshop_v0/small", "--modes", "serial",
+                 "--steps", "64", "--repeats", "1", "--out", str(out), "--force",
+                 "--no-progress"]) == 0
+    assert out.read_text() != "{}"

@@ -138,6 +138,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--no-interleave", action="store_true",
                    help="run rows one after another instead of alternating their repeats")
     b.add_argument("--out", type=Path, metavar="FILE.json", help="write the result here")
+    b.add_argument("--force", action="store_true", help="replace an existing --out file")
     b.add_argument("--plot", type=Path, nargs="?", const=DEFAULT_PLOT, metavar="FILE.png",
                    help=f"write the scaling plot, with error bars (default file: "
                    f"{DEFAULT_PLOT}; needs matplotlib)")
@@ -403,9 +404,11 @@ def check_bench(args: argparse.Namespace) -> BenchPlan | None:
     if args.list_modes:
         return None
     if args.out is not None:
-        cliargs.check_output_path(args.out, "--out")
+        cliargs.check_output_path(args.out, "--out", force=args.force)
     if args.plot is not None:
         _check_plot(args.plot)
+        if args.out is not None and args.plot.resolve() == args.out.resolve():
+            raise ConfigError(f"argument --plot: {str(args.plot)!r} is the --out file too")
     if args.train:
         if args.quick or args.standard:
             other = "--quick" if args.quick else "--standard"
