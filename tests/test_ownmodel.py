@@ -117,6 +117,7 @@ def test_bench_quick_with_scenarios_is_small_work(in_models):
     plan = args.cmd_check(args)
     assert plan.matrix.works()[0].env_steps == 500
     assert plan.matrix.repeats == QUICK_SCENARIO_REPEATS
+    assert plan.matrix.suite == "custom"  # chosen scenarios: not the quick suite's work
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -90,9 +90,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     suite = b.add_mutually_exclusive_group()
     suite.add_argument("--quick", action="store_true",
-                       help="the quick suite (the default): a light and a heavy scenario, "
-                       "8 envs, 1 and all cores, every mode but ray; with --scenarios, "
-                       f"those at {QUICK_SCENARIO_STEPS} env steps and "
+                       help="the quick suite (the default without --scenarios): a light and "
+                       "a heavy scenario, 8 envs, 1 and all cores, every mode but ray; with "
+                       f"--scenarios, those at {QUICK_SCENARIO_STEPS} env steps and "
                        f"{QUICK_SCENARIO_REPEATS} repeats per row")
     suite.add_argument("--standard", action="store_true",
                        help="the leaderboard's suite (every scenario; about 20 min on 2 "
@@ -285,6 +285,7 @@ def _matrix_plan(args: argparse.Namespace) -> BenchPlan:
                               "preset (NAME/PRESET), so --presets would change nothing")
         _check_entries(entries, args.presets)
         matrix.scenarios, matrix.work_list = entries, None
+        matrix.suite = "custom"  # not the suite's work, whatever its settings
         if args.presets:
             matrix.presets = args.presets
         if args.quick:  # your own scenarios, quickly: a first look in seconds
