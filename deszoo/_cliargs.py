@@ -101,7 +101,8 @@ def positive_float(text: str) -> float:
 
 
 def positive_ints(text: str) -> list[int]:
-    """An argparse type: comma-separated positive integers, e.g. ``4,8,16``."""
+    """An argparse type: comma-separated positive integers, e.g. ``4,8,16`` (a repeated one
+    once: it would run the same rows twice)."""
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -110,15 +111,15 @@ def positive_ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated positive integers, got {text!r}"
         )
-    return values
+    return list(dict.fromkeys(values))
 
 
 def names(text: str) -> list[str]:
-    """An argparse type: comma-separated names."""
+    """An argparse type: comma-separated names (a repeated one once)."""
     values = [x.strip() for x in text.split(",") if x.strip()]
     if not values:
         raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
-    return values
+    return list(dict.fromkeys(values))
 
 
 def scenario(text: str) -> str:

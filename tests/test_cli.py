@@ -278,3 +278,12 @@ def test_bench_replaces_a_result_file_only_with_force(tmp_path, capsys):
                  "--steps", "64", "--repeats", "1", "--out", str(out), "--force",
                  "--no-progress"]) == 0
     assert out.read_text() != "{}"
+
+
+def test_repeated_list_values_run_once():
+    """--num-envs 2,2 ran every row twice and took the second serial row as the reference."""
+    from deszoo.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--num-envs", "2,2,4", "--modes",
+                                      "serial,shm,serial", "--scenarios", "a,a"])
+    assert (args.num_envs, args.modes, args.scenarios) == ([2, 4], ["serial", "shm"], ["a"])
