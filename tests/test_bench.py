@@ -635,3 +635,37 @@ def test_benchmark_suite_still_runs():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 passed" in proc.stdout
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda r: r["rows"][3].update(env_steps_per_s=9.99e9),
+     "env_steps_per_s 9990000000.0 is not the median of env_steps / wall_s"),
+    (lambda r: r["rows"][3].update(env_steps_per_s=float("nan")), "env_steps_per_s nan"),
+    (lambda r: r["rows"][3].update(wall_s=[-1.0] * len(r["rows"][3]["wall_s"])),
+     "every wall time must be a positive number"),
+    (lambda r: [row.update(speedup_vs_serial=999.0) for row in r["rows"]
+                if row["mode"] != "serial"], "speedup_vs_serial 999.0 is not its rate"),
+    (lambda r: r["machine"].update(load_average_start=[]), "load_average_start: expected"),
+    (lambda r: r["machine"].update(load_average_end=["a", 1, 2]), "load_average_end: expected"),
+])
+def test_leaderboard_rejects_figures_that_do_not_follow_from_the_run(change, message,
+                                                                      tmp_path):
+    """A figure edited by hand (a rate, a speed-up, a load) is refused with the reason, not
+    ranked first or crashing the page."""
+    result = json.loads(LEADERBOARD_ENTRY.read_text())
+    change(result)
+    (tmp_path / "edited.json").write_text(json.dumps(result))
+    entries, rejected = leaderboard.load(tmp_path)
+    assert not entries and message in " ".join(rejected[0].errors), rejected[0].errors
+
+
+def test_leaderboard_takes_a_result_once_and_links_it_from_the_page(tmp_path):
+    d = tmp_path / "mine"
+    d.mkdir()
+    shutil.copy(LEADERBOARD_ENTRY, d / "a.json")
+    shutil.copy(LEADERBOARD_ENTRY, d / "b.json")
+    entries, rejected = leaderboard.load(d)
+    assert [e.path.name for e in entries] == ["a.json"]
+    assert rejected[0].errors == ["the same result as a.json (each run once)"]
+    page = leaderboard.render(entries, tmp_path / "pages" / "board.md")
+    assert "[a](../mine/a.json)" in page  # where the entry is, from the page's folder

@@ -682,7 +682,7 @@ def run_leaderboard(args: argparse.Namespace, plan: None = None) -> int:
               f"on 2 cores); --dir names another folder; published entries: "
               f"{repo('benchmarks/leaderboard')}", file=sys.stderr)
         return 1
-    text = render(entries)
+    text = render(entries, out)
     if args.check:
         current = out.read_text() if out.exists() else ""
         if current != text:

@@ -9,6 +9,7 @@ entries from different machines compare like with like. Produce one with
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,7 @@ def load(directory: str | Path = DEFAULT_DIR) -> tuple[list[Entry], list[Rejecte
     """Every result file in ``directory``: the accepted ones and the rejected ones."""
     directory = Path(directory)
     entries, rejected = [], []
+    seen: dict[str, Path] = {}  # a result's canonical JSON -> its first file
     for path in sorted(directory.glob("*.json")):
         try:
             result = json.loads(path.read_text())
@@ -86,6 +88,10 @@ def load(directory: str | Path = DEFAULT_DIR) -> tuple[list[Entry], list[Rejecte
         errors = validate(result)
         if not errors:
             errors = standard_errors(result)
+        if not errors:
+            same = seen.setdefault(json.dumps(result, sort_keys=True), path)
+            if same != path:
+                errors = [f"the same result as {same.name} (each run once)"]
         if errors:
             rejected.append(Rejected(path, errors))
         else:
@@ -139,8 +145,15 @@ def ranking(entries: list[Entry]) -> dict[tuple[str, str], list[tuple[dict, Entr
     return dict(sorted(groups.items()))
 
 
-def render(entries: list[Entry], root: Path | None = None) -> str:
-    """``docs/leaderboard.md``: a ranked table per scenario, then the machines."""
+def render(entries: list[Entry], out: Path | None = None) -> str:
+    """``docs/leaderboard.md``: a ranked table per scenario, then the machines; entries
+    are linked relative to ``out``'s folder (default: the repository's docs/)."""
+
+    def link(entry: Entry) -> str:
+        if out is None:
+            return f"../benchmarks/leaderboard/{entry.path.name}"
+        return Path(os.path.relpath(entry.path.resolve(), out.resolve().parent)).as_posix()
+
     lines = [
         "# Leaderboard",
         "",
@@ -186,7 +199,7 @@ def render(entries: list[Entry], root: Path | None = None) -> str:
                 _n(row["events_per_s"]),
                 code_cell(entry.result),
                 _machine_short(entry.result["machine"]),
-                f"[{entry.path.stem}](../benchmarks/leaderboard/{entry.path.name})",
+                f"[{entry.path.stem}]({link(entry)})",
             ]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines.append("")

@@ -12,7 +12,9 @@ Versions: ``deszoo.bench/1`` (2026-12-02), ``deszoo.bench/2`` adds the top-level
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,6 +241,11 @@ def validate(result: Any) -> list[str]:
     if errors:
         return errors
     _check_fields(result["machine"], MACHINE_FIELDS, "machine", errors)
+    for key in ("load_average_start", "load_average_end"):
+        value = result["machine"].get(key)
+        if value is not None and not (len(value) == 3 and all(_finite(x) for x in value)):
+            errors.append(f"machine.{key}: expected null or 3 numbers (1, 5, 15 minutes), "
+                          f"got {value!r}")
     for key, work in result["works"].items():
         before = len(errors)
         _check_fields(work, WORK_FIELDS, f"works[{key!r}]", errors)
@@ -270,6 +277,8 @@ def validate(result: Any) -> list[str]:
             if len(row["wall_s"]) != row["repeats"]:
                 errors.append(f"{where}: {len(row['wall_s'])} wall times for "
                               f"{row['repeats']} repeats")
+            _check_rates(row, where, errors)
+    _check_speedups(result["rows"], errors)
     errors = _merge_rows(errors)
     if not errors:
         expected = results_work_hash(result["rows"])
@@ -278,6 +287,48 @@ def validate(result: Any) -> list[str]:
                 f"work_hash is {result['work_hash']!r} but the rows' works hash to {expected!r}"
             )
     return errors
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _rate(row: dict) -> float | None:
+    """The median of the repeats' rates, from the row's steps and wall times."""
+    walls = row["wall_s"]
+    if not walls or not all(_finite(w) and w > 0 for w in walls) or not row["env_steps"]:
+        return None
+    return statistics.median(row["env_steps"] / w for w in walls)
+
+
+def _check_rates(row: dict, where: str, errors: list[str]) -> None:
+    """The rates of an ``ok`` row follow from its steps and wall times."""
+    rate = _rate(row)
+    if rate is None:
+        errors.append(f"{where}.wall_s: every wall time must be a positive number")
+    elif not (_finite(row["env_steps_per_s"]) and math.isclose(
+            row["env_steps_per_s"], rate, rel_tol=1e-3)):
+        errors.append(f"{where}.env_steps_per_s {row['env_steps_per_s']!r} is not the median "
+                      f"of env_steps / wall_s ({rate:.4g})")
+
+
+def _check_speedups(rows: list, errors: list[str]) -> None:
+    """A speed-up is the row's rate over its serial row's (same work, same ``num_envs``)."""
+    serial = {(r["work_hash"], r["num_envs"]): r for r in rows if isinstance(r, dict)
+              and r.get("mode") == "serial" and r.get("status") == "ok"}
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or row.get("status") != "ok":
+            continue
+        ref = serial.get((row.get("work_hash"), row.get("num_envs")))
+        speedup = row.get("speedup_vs_serial")
+        if ref is None or speedup is None:
+            continue
+        rate, ref_rate = _rate(row), _rate(ref)
+        if rate is None or ref_rate is None:
+            continue
+        if not (_finite(speedup) and math.isclose(speedup, rate / ref_rate, rel_tol=1e-2)):
+            errors.append(f"rows[{i}].speedup_vs_serial {speedup!r} is not its rate over "
+                          f"serial's ({rate / ref_rate:.3g})")
 
 
 def _merge_rows(errors: list[str]) -> list[str]:
