@@ -601,10 +601,12 @@ def test_cli_bench_tiny(tmp_path, capsys, monkeypatch):
                "--num-envs", "1,2", "--steps", "24", "--repeats", "1", "--no-progress",
                "--out", str(out), "--label", "ci", "--markdown", "--plot"])
     assert rc == 0
-    printed = capsys.readouterr().out
+    printed, notes = capsys.readouterr()
     assert "| scenario | mode | envs |" in printed and "| flag |" in printed
     assert "docs/benchmarks.md" in printed
     assert "| jobshop_v0/small | roundrobin |" in printed
+    # stdout is the Markdown alone; "wrote" lines and warnings go to stderr
+    assert "wrote" not in printed and f"wrote {out}" in notes
     result = schema.check(json.loads(out.read_text()))
     assert [(r["mode"], r["num_envs"]) for r in result["rows"]] == [
         ("serial", 1), ("roundrobin", 1), ("serial", 2), ("roundrobin", 2)]

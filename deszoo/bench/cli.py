@@ -440,7 +440,7 @@ def check_leaderboard(args: argparse.Namespace) -> None:
 
 
 # ---- running -----------------------------------------------------------------------------
-def _console():
+def _console(stderr: bool = False):
     from rich.console import Console
 
     class Quiet(Console):
@@ -449,7 +449,8 @@ def _console():
             self.quiet = True
             raise BrokenPipeError
 
-    return Quiet(stderr=False, width=None if sys.stdout.isatty() else 200)
+    stream = sys.stderr if stderr else sys.stdout
+    return Quiet(stderr=stderr, width=None if stream.isatty() else 200)
 
 
 def _setup_logging(console) -> None:
@@ -529,7 +530,9 @@ def run_bench(args: argparse.Namespace, plan: BenchPlan | None) -> int:
     from deszoo.bench.runner import run_matrix, total_units
 
     console = _console()
-    _setup_logging(console)
+    # With --markdown, stdout is the Markdown alone: progress, warnings and notes on stderr.
+    info = _console(stderr=True) if getattr(args, "markdown", False) else console
+    _setup_logging(info)
     if plan is None:  # --list-modes
         for mode in all_modes():
             missing = missing_package(mode)
@@ -540,7 +543,7 @@ def run_bench(args: argparse.Namespace, plan: BenchPlan | None) -> int:
     command = "deszoo " + shlex.join(sys.argv[1:] if argv is None else argv)
     if plan.train is not None:
         return _run_train(args, plan.train, console, command)
-    progress = _progress(console, args.no_progress)
+    progress = _progress(info, args.no_progress)
     with progress, cliargs.stall_watch("deszoo bench") as note:
         task = progress.add_task("starting", total=total_units(plan.matrix, plan.configs))
 
@@ -565,18 +568,18 @@ def run_bench(args: argparse.Namespace, plan: BenchPlan | None) -> int:
         _print_recommendation(console, recommend(result))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
-        console.print(f"wrote {args.out}", highlight=False)
+        info.print(f"wrote {args.out}", highlight=False)
     if args.plot:
         plot_scaling(result, args.plot)
-        console.print(f"wrote {args.plot}", highlight=False)
+        info.print(f"wrote {args.plot}", highlight=False)
     line = conclusion(result)
     if line is not None and not args.autotune:
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+        info.print(line, highlight=False, markup=False, soft_wrap=True)
     failed = failures(result)
     if failed:
-        console.print(f"[red]{len(failed)} row(s) failed:[/red]", highlight=False)
+        info.print(f"[red]{len(failed)} row(s) failed:[/red]", highlight=False)
         for line in failed:
-            console.print(f"  {line}", highlight=False, markup=False)
+            info.print(f"  {line}", highlight=False, markup=False)
         return 1
     return 0
 
