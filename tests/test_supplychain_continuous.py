@@ -43,14 +43,14 @@ def flat(traj: list) -> list:
 
 
 def test_spaces_are_boxes():
-    """Each node orders from Box(0, max_order, (1,)); the mask is one entry, always 1."""
+    """Each node orders from Box(0, max_order, (1,)); no mask in the infos."""
     env = continuous(max_order=3.0)
     space = env.action_space("retailer_0")
     assert space.shape == (1,) and space.dtype == np.float32
     assert space.low[0] == 0.0 and space.high[0] == 3.0
     assert env.observation_space("factory_0") == deszoo.make(NAME).observation_space("factory_0")
     _, infos = env.reset(seed=0)
-    assert all(i["needs_action"] and i["action_mask"].tolist() == [1] for i in infos.values())
+    assert all(i["needs_action"] and "action_mask" not in i for i in infos.values())
 
 
 def test_passes_pettingzoo_parallel_api_test():
@@ -124,3 +124,17 @@ def test_discrete_default_is_unchanged():
     env = deszoo.make(NAME)
     assert env.config["continuous"] is False
     assert env.action_space("retailer_0").n == 9
+
+
+def test_box_actions_pass_pettingzoos_aec_tests():
+    """No action_mask in a Box env's infos: PettingZoo's AEC tests handed [1] to Box.sample,
+    which takes no mask, and failed."""
+    from pettingzoo.test import api_test, seed_test
+
+    from deszoo.envs import supplychain_v0
+
+    api_test(supplychain_v0.env(preset="small", continuous=True), num_cycles=30)
+    seed_test(lambda: supplychain_v0.env(preset="small", continuous=True), num_cycles=10)
+    env = continuous(preset="small")
+    _, infos = env.reset(seed=0)
+    assert "action_mask" not in infos["retailer_0"]

@@ -44,6 +44,9 @@ class DictAPI:
         self._mask_in_obs = mask_in_obs
         self._strict = strict
         self._discrete = rows.type is spaces.Discrete
+        # Box actions have no mask: no "action_mask" in infos (PettingZoo's tests would
+        # pass it to Box.sample, which takes none).
+        self._masked = rows.type is not spaces.Box
         # Per row: the size of its Discrete space (the quick action check).
         self._n_actions = rows.n.tolist() if self._discrete else []
         # Per group: its rows and widths; per agent: its (cached) spaces.
@@ -212,11 +215,16 @@ class DictAPI:
         now = float(env.sim.now)  # (a float even at time 0)
         needs = env.needs_buf.tolist()  # (at a decision point)
         if not env.num_invalid:  # hot path: no invalid action this episode
-            return {a: {"sim_time": now, "needs_action": needs[i], "action_mask": masks[i],
-                        "invalid_action": False, "invalid_count": 0}
-                    for a, i in zip(names, rows, strict=False)}
-        invalid = env.invalid_buf.tolist()
-        counts = env.invalid_count.tolist()
-        return {a: {"sim_time": now, "needs_action": needs[i], "action_mask": masks[i],
-                    "invalid_action": invalid[i], "invalid_count": counts[i]}
-                for a, i in zip(names, rows, strict=True)}
+            out = {a: {"sim_time": now, "needs_action": needs[i], "action_mask": masks[i],
+                       "invalid_action": False, "invalid_count": 0}
+                   for a, i in zip(names, rows, strict=False)}
+        else:
+            invalid = env.invalid_buf.tolist()
+            counts = env.invalid_count.tolist()
+            out = {a: {"sim_time": now, "needs_action": needs[i], "action_mask": masks[i],
+                       "invalid_action": invalid[i], "invalid_count": counts[i]}
+                   for a, i in zip(names, rows, strict=True)}
+        if not self._masked:
+            for info in out.values():
+                del info["action_mask"]
+        return out
