@@ -621,3 +621,18 @@ def test_multidiscrete_with_the_mask_in_the_observation_passes_pettingzoos_api_t
     from pettingzoo.test import parallel_api_test
 
     parallel_api_test(Multi(mask_in_obs=True), num_cycles=20)
+
+
+def test_an_episode_that_ends_inside_reset_says_so():
+    """No decision before max_time: reset returns no agent, and the step after it says the
+    episode ended inside reset, not that a wrapper (SuperSuit's black_death_v3) kept
+    stepping."""
+    import deszoo
+    from deszoo.errors import ResetNeededError
+
+    env = deszoo.make("elevator_v2", preset="small", max_time=5.0)
+    seed = next(s for s in range(50) if not env.reset(seed=s)[0])
+    assert env.agents == []
+    with pytest.raises(ResetNeededError, match="ended inside reset") as info:
+        env.step({})
+    assert "black_death" not in str(info.value)

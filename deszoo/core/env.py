@@ -186,7 +186,7 @@ class SimPyParallelEnv(Stepper, ParallelEnv):
         drop_canvas(self)  # the rgb_array figure, if one was drawn
 
     def _ended_hint(self) -> str:
-        if self.sim is None or self._closed:
+        if self.sim is None or self._closed or self.num_steps == 0:
             return ""
         # The usual caller: a wrapper that never saw the end (SuperSuit 3.11's black_death_v3
         # reports an episode done only when every agent is terminated *and* truncated).

@@ -192,7 +192,13 @@ class Stepper(Decisions):
         """Why there is no episode to step (for messages)."""
         if self._closed:
             return "after close()"
-        return "before reset()" if self.sim is None else "after the episode ended"
+        if self.sim is None:
+            return "before reset()"
+        if self.num_steps == 0:  # no agent reached a decision before the end
+            return (f"after the episode ended inside reset() (at simulated time "
+                    f"{float(self.sim.now):.6g}, before any decision: a max_time or max_steps "
+                    "too short for this model and seed?)")
+        return "after the episode ended"
 
     # ---- the step's parts -------------------------------------------------------------
     def _deliver(self, pending: dict, acts: Any, missing: np.ndarray | None) -> None:
