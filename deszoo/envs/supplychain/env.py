@@ -30,9 +30,9 @@ Action space       ``Discrete(order_levels)``: action ``a`` orders ``round(a * u
 Action mask        ``a`` is allowed if the order keeps the inventory position (on hand + on
                    order - backlog) within ``(lead + 1 + position_cap)`` periods of mean
                    demand; ``0`` is always allowed. ``continuous=True``: no mask (none in the
-                   infos; a vector env's is all ones) and ``position_cap`` does not apply (a limit that depends on
-                   the state could only be kept by clipping the order silently); the
-                   bridge refuses ``mask_in_obs``
+                   infos; a vector env's is all ones) and ``position_cap`` does not apply
+                   (a limit that depends on the state could only be kept by clipping the
+                   order silently); the bridge refuses ``mask_in_obs``
 Observation space  ``Box(low, high, (13,), float32)``: entries 3, 11 and 12 in [-1, 1],
                    the others in [0, 1]
 Observation        ``[soft(on hand), soft(backlog), soft(on order), soft(inventory
