@@ -631,7 +631,7 @@ def test_an_episode_that_ends_inside_reset_says_so():
     from deszoo.errors import ResetNeededError
 
     env = deszoo.make("elevator_v2", preset="small", max_time=5.0)
-    seed = next(s for s in range(50) if not env.reset(seed=s)[0])
+    next(s for s in range(50) if not env.reset(seed=s)[0])  # a seed with no decision
     assert env.agents == []
     with pytest.raises(ResetNeededError, match="ended inside reset") as info:
         env.step({})
