@@ -138,3 +138,21 @@ def test_box_actions_pass_pettingzoos_aec_tests():
     env = continuous(preset="small")
     _, infos = env.reset(seed=0)
     assert "action_mask" not in infos["retailer_0"]
+
+
+def test_the_bound_of_the_box_is_an_action():
+    """0.7 (a float64) is in Box(0, 0.7) as Box.contains says: it was refused, compared with
+    the float32 bound 0.69999999 (dict API and vector env alike)."""
+    from deszoo.vector import make_vec
+
+    env = continuous(preset="small", max_order=0.7)
+    env.reset(seed=0)
+    assert env.action_space("retailer_0").contains([0.7])
+    env.step({a: np.array([0.7]) for a in env.agents})
+    vec = make_vec(NAME, 1, backend="roundrobin", preset="small", continuous=True,
+                   max_order=0.7)
+    try:
+        vec.reset(seed=0)
+        vec.step(np.full((vec.num_envs, 1), 0.7))
+    finally:
+        vec.close()

@@ -198,6 +198,7 @@ class AgentRows:
             return a.astype(np.int64)
         if a.dtype.kind not in "iuf" or not np.isfinite(a).all():
             raise InvalidActionError(f"agent {agent!r} got action {action!r}: not finite numbers")
+        a = a.astype(space.dtype, copy=False)  # compared as Box.contains does: 0.7 in Box(0, 0.7)
         if (a < space.low).any() or (a > space.high).any():
             raise InvalidActionError(
                 f"agent {agent!r} got action {action!r}, outside {space} (actions are not "

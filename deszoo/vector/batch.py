@@ -105,7 +105,9 @@ class Batch:
         agent = idx % n
         own = np.arange(r.act_dim)[None, :] < r.act_dims[agent][:, None]  # not padding
         low, high = r.act_low[agent], r.act_high[agent]
-        bad = own & ~(np.isfinite(a) & (a >= low) & (a <= high))
+        # Compared as the buffer stores them (as Box.contains does): 0.7 is in Box(0, 0.7).
+        f = a.astype(out.dtype, copy=False)
+        bad = own & ~(np.isfinite(a) & (f >= low) & (f <= high))
         if bad.any():
             row = int(np.flatnonzero(bad.any(axis=1))[0])
             raise InvalidActionError(
@@ -113,7 +115,7 @@ class Batch:
                 f"{a[row].tolist()}, outside its Box [{low[row].tolist()}, "
                 f"{high[row].tolist()}] (actions are not clipped; NaN is refused)"
             )
-        np.copyto(out, np.where(own, a, 0.0), casting="unsafe")
+        np.copyto(out, np.where(own, f, 0.0), casting="unsafe")
 
     # ---- results --------------------------------------------------------------------
     def results(self, rows: Any = None) -> tuple:
