@@ -636,3 +636,19 @@ def test_an_episode_that_ends_inside_reset_says_so():
     with pytest.raises(ResetNeededError, match="ended inside reset") as info:
         env.step({})
     assert "black_death" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["supplychain_v0", "traffic_v1"])
+def test_a_limit_set_as_an_attribute_is_checked_as_a_parameter(name):
+    """A model that never ends by itself keeps a limit: setting the last one to None (as
+    vec.set_attr does) is refused as make() refuses it (it ran 10,000+ steps unbounded)."""
+    import deszoo
+
+    env = deszoo.make(name, preset="small", max_steps=50, max_time=None)
+    with pytest.raises(ConfigError, match="max_steps=None with max_time=None: the episode "
+                                          "never ends"):
+        env.max_steps = None
+    with pytest.raises(ConfigError, match="max_cycles=None"):
+        env.max_cycles = None
+    env.max_steps = 7  # another limit is fine
+    assert env.max_steps == 7

@@ -112,6 +112,8 @@ class SimPyParallelEnv(Stepper, ParallelEnv):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["human", "ansi"], "name": "simpy_env"}
     params: ClassVar[dict[str, Param]] = {}
     presets: ClassVar[dict[str, dict[str, Any]]] = {"default": {}}
+    # False for a model that never ends by itself: max_time and max_steps may not both be None.
+    ends_by_itself: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -217,6 +219,10 @@ class SimPyParallelEnv(Stepper, ParallelEnv):
         value = plain(value)  # (NumPy scalars as in configure)
         check_all(self.metadata["name"], {key: COMMON_PARAMS[key]}, {key: value},
                   {key: given or key})
+        other = "max_time" if key == "max_steps" else "max_steps"
+        if value is None and self.config[other] is None and not self.ends_by_itself:
+            raise ConfigError(f"{self.metadata['name']}: {given or key}=None with {other}=None: "
+                              f"the episode never ends; keep a limit")
         self.config[key] = value
         self._kwargs[key] = value
         self._limit(self.config["max_time"], self.config["max_steps"])

@@ -140,6 +140,7 @@ class SupplyChainEnv(SimPyParallelEnv):
         "max_steps": COMMON["max_steps"].with_default(100),
         "black_death": BLACK_DEATH_V0,
     }
+    ends_by_itself = False  # demand never stops: a max_time or max_steps always
     presets = {
         "small": {"widths": (1, 1, 1, 1), "demand_rate": 4.0},
         "default": {},

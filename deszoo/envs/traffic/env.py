@@ -116,6 +116,7 @@ class TrafficEnv(SimPyParallelEnv):
                            "yellow plus all-red seconds when the phase changes"),
         "max_time": COMMON["max_time"].with_default(1800.0),
     }
+    ends_by_itself = False  # demand never stops: a max_time or max_steps always
     presets = {
         "small": {"rows": 2, "cols": 2, "demand": 0.06, "max_time": 900.0},
         "default": {},
