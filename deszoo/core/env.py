@@ -140,6 +140,10 @@ class SimPyParallelEnv(Stepper, ParallelEnv):
         }
         self.p = Config(self.config)  # what the model reads: self.p.n_machines
         strict = self.config["invalid_action"] == "raise"
+        if (not self.ends_by_itself and self.config["max_time"] is None
+                and self.config["max_steps"] is None):
+            raise ConfigError(f"{name}: max_time=None and max_steps=None: the episode never "
+                              "ends; set max_time or max_steps")
 
         groups = self._setup()
         rows = AgentRows([groups] if isinstance(groups, Group) else list(groups), name)

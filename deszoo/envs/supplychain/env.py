@@ -155,11 +155,6 @@ class SupplyChainEnv(SimPyParallelEnv):
                 f"{name}: widths={tuple(widths)!r} must not grow upstream (retailers first), "
                 "so that every node has at least one buyer"
             )
-        if p.max_steps is None and p.max_time is None:
-            raise ConfigError(
-                f"{name}: max_steps=None and max_time=None: the chain never terminates; set "
-                "max_steps (periods) or max_time"
-            )
         depth = len(widths)
         if depth == 4:
             titles = ["retailer", "wholesaler", "distributor", "factory"]

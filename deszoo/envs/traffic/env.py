@@ -68,7 +68,6 @@ from deszoo.core import NOOP, SimPyParallelEnv
 from deszoo.core.groups import discrete
 from deszoo.core.params import COMMON, Param, fraction, integer, probabilities, real
 from deszoo.envs.traffic.model import N_PHASES, TrafficModel, phase_lanes
-from deszoo.errors import ConfigError
 
 __all__ = ["TrafficEnv", "heuristic"]
 
@@ -125,9 +124,6 @@ class TrafficEnv(SimPyParallelEnv):
 
     def _setup(self):
         p = self.p
-        if p.max_time is None and p.max_steps is None:
-            raise ConfigError(f"{self.metadata['name']}: max_time=None and max_steps=None: "
-                              "demand never ends; set max_time or max_steps")
         self._queue_ref = p.link_capacity / 2.0
         return discrete(self._agent_names(), np.zeros(OBS_DIM), np.ones(OBS_DIM), 1 + N_PHASES)
 
