@@ -424,10 +424,10 @@ def test_a_padded_mask_row_names_both_widths():
 
         def _agent(self, i, times):
             yield self.sim.timeout(times[0])
-            yield self.decide(i, [1, 1])  # a0's own two actions: its row is 3 wide
+            yield self.decide(i, [1])  # neither a0's own two actions nor its row's three
 
-    with pytest.raises(ModelError, match=r"agent 'a0' .* expected 3 entries .* Discrete\(2\), "
-                                         r"padded from its 2 actions"):
+    with pytest.raises(ModelError, match=r"agent 'a0' .* expected 2 entries of 0/1 \(its action "
+                                         r"space Discrete\(2\)\), or 3 \(padded"):
         Two().reset(seed=0)
 
 
@@ -652,3 +652,45 @@ def test_a_limit_set_as_an_attribute_is_checked_as_a_parameter(name):
         env.max_cycles = None
     env.max_steps = 7  # another limit is fine
     assert env.max_steps == 7
+
+
+def test_a_mask_of_the_agents_own_size_among_wider_kinds_is_padded():
+    """decide(i, mask) takes 0/1 per action of the agent's own Discrete space, as custom.md
+    says, when another kind has more actions (it wanted the padded width)."""
+
+    class Two(SimPyParallelEnv):
+        metadata = {"name": "two_v0", "render_modes": []}
+
+        def _setup(self):
+            return [discrete(["a_0"], np.zeros(2), np.ones(2), 3),
+                    discrete(["b_0"], np.zeros(2), np.ones(2), 5)]
+
+        def _build(self):
+            for i in range(2):
+                self.sim.process(self._agent(i))
+
+        def _agent(self, i):
+            yield self.sim.timeout(1.0)
+            yield self.decide(i, [0, 1, 1] if i == 0 else [1, 0, 0, 0, 1])
+
+        def _observe_all(self, obs):
+            obs[:] = 0.0
+
+    env = Two()
+    _, infos = env.reset(seed=0)
+    assert infos["a_0"]["action_mask"].tolist() == [0, 1, 1]
+    assert infos["b_0"]["action_mask"].tolist() == [1, 0, 0, 0, 1]
+
+
+def test_a_one_entry_mask_is_not_spread_over_the_row():
+    """decide(i, [1]) for an agent of 3 actions is a model bug named as such (numpy spread
+    the one entry over the row: every action allowed, silently)."""
+    from deszoo.errors import ModelError
+
+    class One(Toy):
+        def _agent(self, i, times):
+            yield self.sim.timeout(times[0])
+            yield self.decide(i, [1])
+
+    with pytest.raises(ModelError, match=r"expected \d+ entries of 0/1 .*received shape \(1,\)"):
+        One().reset(seed=0)

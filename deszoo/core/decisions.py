@@ -53,6 +53,7 @@ class Decisions:
         n = len(rows.names)
         self.possible_agents: list[str] = list(rows.names)
         self._discrete = rows.type is spaces.Discrete
+        self._mask_dim = rows.mask_dim
         self._black_death = black_death
         allocate(self, rows)  # the per-agent arrays (deszoo.core.arrays)
         self._gone = np.zeros(n, dtype=bool)  # left, but listed until the end (black_death)
@@ -246,7 +247,14 @@ class Decisions:
     def _write_mask(self, i: int, mask: Any) -> None:
         masks = self.mask_buf
         try:
-            masks[i] = mask
+            k = len(mask)  # (a one-entry mask would broadcast over the row unchecked)
+            if k == self._mask_dim:
+                masks[i] = mask
+            elif self._discrete and k == self.rows.n[i]:  # its own actions, among wider kinds
+                masks[i, :k] = mask
+                masks[i, k:] = 0
+            else:
+                raise ValueError(k)
         except _MODEL_ERRORS as exc:
             raise self._bad_mask(i, mask) from exc
         if not np.count_nonzero(masks[i]):
@@ -293,12 +301,14 @@ class Decisions:
         rows = self.rows
         width = rows.mask_dim
         own = rows.groups[rows.kind[i]].action
-        padded = ("" if not self._discrete or int(own.n) == width else
-                  f", padded from its {int(own.n)} actions with zeros")
+        if self._discrete and int(own.n) != width:
+            expected = (f"{int(own.n)} entries of 0/1 (its action space {own}), or {width} "
+                        "(padded with zeros to its row)")
+        else:
+            expected = f"{width} entries of 0/1 (shape ({width},): its action space {own})"
         return ModelError(
             f"{self._name}: the mask for agent {self._agent_name(i)} does not fit its row of "
-            f"mask_buf: expected {width} entries of 0/1 (shape ({width},): its action space "
-            f"{own}{padded}), received {_shape(mask)}: {mask!r}"
+            f"mask_buf: expected {expected}, received {_shape(mask)}: {mask!r}"
         )
 
     def _bad_reward(self, i: Any, value: Any) -> ModelError:
