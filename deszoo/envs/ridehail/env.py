@@ -74,9 +74,10 @@ Presets: `small` (3x3 zones, 8 drivers, 2 h), `default` (4x4 zones, 30 drivers, 
 
 Vectorizing with SuperSuit: on the default (``black_death=True``) the classic chain
 ``supersuit.concat_vec_envs_v1(supersuit.pettingzoo_env_to_vec_env_v1(env), ...)`` works
-as it is, with or without SuperSuit's own ``black_death_v3`` (which then has nothing to
-do). With ``black_death=False`` SuperSuit's vector env refuses the env (its number of
-agents varies); see ``docs/compatibility.md``.
+as it is. Leave SuperSuit's own ``black_death_v3`` out: it never reports the end of an
+episode, so the chain steps an ended env (``ResetNeededError``). With
+``black_death=False`` SuperSuit's vector env refuses the env (its number of agents
+varies); see ``docs/compatibility.md``.
 
 Version History:
     v1: ``black_death=True`` by default: a driver who logs off stays listed, observing
