@@ -129,7 +129,8 @@ class WarehouseEnv(SimPyParallelEnv):
                              "arrival rate relative to the fleet's capacity when it picks one "
                              "order per tour without blocking; above 1 the robots must batch "
                              "(at least 0.001: orders arrive within finite, bounded time)"),
-        "initial_orders": Param(12, integer(0, 100_000), "orders already open at t = 0 (at most n_orders)"),
+        "initial_orders": Param(12, integer(0, 100_000),
+                                "orders already open at t = 0 (at most n_orders)"),
         "capacity": Param(3, integer(1, 64), "orders a robot carries in one tour"),
         "cell_time": Param(1.0, real(0, 3600, open_min=True),
                            "seconds to move one cell along an aisle"),
