@@ -460,3 +460,18 @@ def test_warehouse_v1_waits_and_goes_as_two_actions():
     env.step({"robot_0": 1, **{a: 0 for a in env.agents[1:]}})  # go
     assert model.busy[0]
     env.close()
+
+
+def test_elevator_warns_when_max_time_cuts_the_arrivals():
+    """A horizon longer than max_time truncates every episode mid-arrivals: said, with the
+    max_time to give (max_time's default is 3 x the default horizon, not 3 x the user's)."""
+    import warnings
+
+    import deszoo
+
+    with pytest.warns(UserWarning, match=r"max_time=3600 is shorter than horizon=10000.*"
+                                         r"give max_time=30000"):
+        deszoo.make("elevator_v2", preset="small", horizon=10000.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        deszoo.make("elevator_v2", preset="small", horizon=10000.0, max_time=30000.0)

@@ -82,6 +82,8 @@ Version History:
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from gymnasium import spaces
 
@@ -139,6 +141,12 @@ class ElevatorEnv(SimPyParallelEnv):
 
     def _setup(self):
         p = self.p
+        if p.max_time is not None and p.max_time < p.horizon:
+            warnings.warn(
+                f"{self.metadata['name']}: max_time={p.max_time:g} is shorter than "
+                f"horizon={p.horizon:g}: every episode is truncated while passengers still "
+                f"arrive (max_time defaults to 3 x the default horizon, not to 3 x yours: "
+                f"give max_time={3 * p.horizon:g})", stacklevel=2)
         size = GLOBAL + FLOOR * p.n_floors
         names = [f"car_{i}" for i in range(p.n_cars)]
         return discrete(names, np.zeros(size), np.ones(size), p.n_floors + 1)
