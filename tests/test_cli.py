@@ -94,6 +94,8 @@ BAD = [
     (["scores", "x.zip", "jobshop_v0", "--train-wall", "nan"], "--train-wall: expected a "
                                                               "positive number, got 'nan'"),
     (["bench", "--out", "r.png", "--plot", "r.png"], "--plot: 'r.png' is the --out file too"),
+    (["bench", "--list-modes", "--scenarios", "x", "--workers", "3"],
+     "--list-modes: lists the modes and runs nothing; --scenarios, --workers would be"),
     (["scores", "random", "jobshop_v0", "--out", "no/such/folder"], "--out: no folder"),
 ]
 

@@ -403,6 +403,14 @@ def check_bench(args: argparse.Namespace) -> BenchPlan | None:
         ConfigError: a bad argument, or a combination that would be ignored.
     """
     if args.list_modes:
+        given = [f"--{dest.replace('_', '-')}" for dest in (
+            "quick", "standard", "autotune", "train", "scenarios", "presets", "modes",
+            "num_envs", "workers", "learners", "envs_per_worker", "steps", "repeats", "warmup",
+            "seed", "no_interleave", "out", "force", "plot", "label", "wide", "markdown")
+            if getattr(args, dest, None) not in (None, False)]
+        if given:
+            raise ConfigError(f"argument --list-modes: lists the modes and runs nothing; "
+                              f"{', '.join(given)} would be ignored")
         return None
     if args.out is not None:
         cliargs.check_output_path(args.out, "--out", force=args.force)
