@@ -923,6 +923,9 @@ def test_reset_mask_resets_only_the_selected_envs(backend):
             vec.reset(options={"reset_mask": np.ones(3, dtype=bool)})
         with pytest.raises(ConfigError, match="bool"):
             vec.reset(options={"reset_mask": np.ones(9, dtype=np.int8)})
+        # Other options would not reach the envs: said, not dropped silently.
+        with pytest.raises(ConfigError, match=r"\['level'\] would not reach the envs"):
+            vec.reset(options={"level": 3})
     finally:
         vec.close()
         ref.close()

@@ -242,6 +242,11 @@ class Batch:
 
     def reset_mask(self, options: dict | None, first: bool) -> np.ndarray | None:
         """Per-env booleans from Gymnasium's ``reset_mask`` option (per row), or None."""
+        if options and set(options) - {"reset_mask"}:
+            other = sorted(set(options) - {"reset_mask"})
+            raise ConfigError(f"reset(options=...): {other} would not reach the envs (only "
+                              "'reset_mask' is read); set what they change with set_attr or "
+                              "env_kwargs")
         if not options or "reset_mask" not in options:  # read, never pop: callers reuse it
             return None
         mask = options["reset_mask"]
