@@ -354,6 +354,8 @@ def _train_plan(args: argparse.Namespace) -> BenchPlan:
     if unknown:
         raise ConfigError(f"argument --learners: unknown {', '.join(unknown)}; learners are "
                           f"{', '.join(LEARNERS)}")
+    if args.seed is not None:  # a usage error whatever is installed
+        check_first_seed(args.seed, max(args.num_envs or [8]), "argument --seed")
     missing = missing_packages(learners)
     if missing:
         raise ConfigError(f"--train needs {', '.join(missing)} (learners "
@@ -380,7 +382,6 @@ def _train_plan(args: argparse.Namespace) -> BenchPlan:
         if value is not None:
             setattr(settings, attr, value)
     num_sims = args.num_envs or [8]
-    check_first_seed(settings.seed, max(num_sims), "argument --seed")
     workers = args.workers or ([usable_cores()] if not tune else sorted(
         {w for n in num_sims for w in tune_workers(usable_cores(), n)}))
     spins = (None, 0.0) if tune else (None,)
