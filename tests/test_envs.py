@@ -475,3 +475,20 @@ def test_elevator_warns_when_max_time_cuts_the_arrivals():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         deszoo.make("elevator_v2", preset="small", horizon=10000.0, max_time=30000.0)
+
+
+def test_warehouse_warns_when_the_orders_arrive_past_max_time():
+    """More orders (or a lower utilization) than max_time has room for: every episode is
+    truncated before the last order arrives. Said once per env, with a max_time to give."""
+    import warnings
+
+    import deszoo
+
+    env = deszoo.make("warehouse_v2", preset="small", n_orders=600)
+    with pytest.warns(UserWarning, match=r"orders arrive over about \d+ s .* longer than "
+                                         r"max_time=1200: .* give max_time="):
+        env.reset(seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env.reset(seed=1)  # once per env
+        deszoo.make("warehouse_v2", preset="small").reset(seed=0)

@@ -86,6 +86,7 @@ Version History:
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 
 import numpy as np
@@ -213,6 +214,15 @@ class WarehouseEnv(SimPyParallelEnv):
             self.sim, self.rng, self.p, self._choose, on_count=self._on_count,
             on_all_done=self.end_episode,
         )
+        span = (model.n_orders - model.initial_orders) / model.rate  # expected last arrival
+        max_time = self.p.max_time
+        if max_time is not None and span > max_time and not getattr(self, "_told", False):
+            self._told = True
+            warnings.warn(
+                f"{self.metadata['name']}: the orders arrive over about {span:.0f} s "
+                f"(n_orders={model.n_orders}, utilization={self.p.utilization:g}), longer "
+                f"than max_time={max_time:g}: episodes are truncated before every order "
+                f"arrives; give max_time={3 * span:.0f}, about 3 x that", stacklevel=2)
         # per order, what its slot shows that never changes: where it lies (first and last
         # aisle), its tours alone, and lines and aisles / max_lines
         self._order_rows = np.array([
