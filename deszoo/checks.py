@@ -168,6 +168,10 @@ def load(target: str) -> Callable[[], Any]:
         name = Path(module_name).with_suffix("").as_posix().strip("./").replace("/", ".")
         raise ValueError(f"{module_name!r} is a file path; give the module's import name, "
                          f"run from the folder it is imported from: {name}:{attr}")
+    top = module_name.partition(".")[0]
+    if top in sys.stdlib_module_names and Path(f"{top}.py").is_file():
+        raise ValueError(f"./{top}.py has the name of a standard-library module, which it would "
+                         f"hide from Python and deszoo; rename the file (e.g. my_{top}.py)")
     if "" not in sys.path:
         sys.path.insert(0, "")
     try:

@@ -419,6 +419,10 @@ def test_a_module_that_fails_to_import_is_a_one_line_error(tmp_path, monkeypatch
             in capsys.readouterr().err)
     assert main(["run", "typo_model:Env"]) == 2
     assert "importing 'typo_model' raised SyntaxError" in capsys.readouterr().err
+    # A file named as a standard-library module would hide it (cProfile imports profile).
+    (tmp_path / "profile.py").write_text("class Env:\n    pass\n")
+    assert main(["profile", "profile:Env", "--no-vector"]) == 2
+    assert "./profile.py has the name of a standard-library module" in capsys.readouterr().err
 
 
 def test_run_default_preset_of_an_env_without_presets(in_models, capsys):
