@@ -7,6 +7,7 @@ A policy here is ``policy(obs, mask) -> actions``: ``obs`` of shape ``(rows, obs
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ def random_policy(seed: int = 0) -> Policy:
 def heuristic_policy(name: str) -> Policy:
     """Scenario ``name``'s built-in heuristic (a user's env ``MODULE:ATTR``: the module's
     ``heuristic(obs, mask)``), row by row."""
-    if ":" in name:
+    if isinstance(name, str) and ":" in name:
         from deszoo.episodes import target
         from deszoo.errors import ConfigError
 
@@ -40,25 +41,28 @@ def heuristic_policy(name: str) -> Policy:
     return lambda obs, mask: np.array([h(o, m) for o, m in zip(obs, mask, strict=True)])
 
 
-def evaluate(policy: Policy, name: str, seeds: Iterable[int] = HELD_OUT_SEEDS, **kw) -> np.ndarray:
+def evaluate(policy: Policy, name: str | Callable[[], Any],
+             seeds: Iterable[int] = HELD_OUT_SEEDS, **kw) -> np.ndarray:
     """One episode per seed, all at once; returns each episode's return (summed over agents).
 
+    ``name``: a registered scenario, a user's ``MODULE:ATTR``, or an env class or factory.
     ``kw`` goes to the scenario (``preset="small"``, ...).
     """
     seeds = list(seeds)
-    if ":" in name:  # a user's env (MODULE:ATTR): make_vec takes its factory
+    if isinstance(name, str) and ":" in name:  # a user's env (MODULE:ATTR): its factory
         from deszoo.episodes import env_factory
 
         env, kw = env_factory(name, kw.pop("preset", None), **kw), {}
-    else:
+    else:  # a registered name, or an env class or factory (make_vec takes both)
         env = name
     vec = make_vec(env, len(seeds), backend="roundrobin", autoreset_mode="SameStep", **kw)
     try:
         n, sims = vec.agents_per_sim, vec.num_sims
+        dtype = vec.single_action_space.dtype  # Box actions stay floats
         obs, infos = vec.reset(seed=seeds)
         returns, done = np.zeros(sims), np.zeros(sims, dtype=bool)
         while not done.all():
-            actions = np.asarray(policy(obs, infos["action_mask"].astype(bool)), dtype=np.int64)
+            actions = np.asarray(policy(obs, infos["action_mask"].astype(bool)), dtype=dtype)
             obs, rew, _, _, infos = vec.step(actions)
             returns += np.where(done, 0.0, rew.reshape(sims, n).sum(axis=1))
             done |= infos["_final_obs"].reshape(sims, n).any(axis=1)  # episode ended (and reset)

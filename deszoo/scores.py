@@ -163,12 +163,12 @@ def checked_policy(fn: Any, spec: str) -> Policy:
 
     def policy(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         try:
-            actions = np.asarray(fn(obs, mask), dtype=np.int64)
+            actions = np.asarray(fn(obs, mask))
         except Exception as exc:
             raise PolicyFailed(f"{spec} raised {type(exc).__name__}: {exc}") from exc
-        if actions.shape != (len(obs),):
+        if actions.shape[:1] != (len(obs),):
             raise PolicyFailed(f"{spec} returned actions of shape {actions.shape}; expected "
-                               f"one per row, shape ({len(obs)},)")
+                               f"one per row, {len(obs)} rows")
         return actions
 
     return policy

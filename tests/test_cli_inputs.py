@@ -41,7 +41,8 @@ def test_a_callable_that_takes_no_obs_and_mask_is_refused_by_name(policies, caps
 
 @pytest.mark.parametrize(("attr", "words"), [
     ("raises", "user_policies:raises raised ZeroDivisionError: division by zero"),
-    ("two_per_row", "returned actions of shape (6, 2); expected one per row, shape (6,)"),
+    ("two_per_row", "gave an invalid action: actions must have shape (6,) (one action per "
+                    "row: 2 envs x 3 agents), got shape (6, 2)"),
     ("out_of_range", "user_policies:out_of_range gave an invalid action: row 0"),
 ])
 def test_a_policy_that_fails_while_scoring_is_named_in_one_last_line(policies, capsys, attr,

@@ -156,3 +156,23 @@ def test_the_bound_of_the_box_is_an_action():
         vec.step(np.full((vec.num_envs, 1), 0.7))
     finally:
         vec.close()
+
+
+def test_evaluate_plays_box_actions_as_they_are():
+    """deszoo.policies.evaluate (and so deszoo scores) sent Box actions cast to int: a
+    constant 0.9 scored as 0.0."""
+    from deszoo.policies import evaluate
+
+    def const(x):
+        return lambda obs, mask: np.full((len(obs), 1), x, dtype=np.float32)
+
+    kw = dict(preset="small", continuous=True)
+    low, mid = (evaluate(const(x), NAME, [10000, 10001], **kw) for x in (0.0, 0.9))
+    assert not np.array_equal(low, mid)
+    env = continuous(preset="small")  # the dict API gives the same return for 0.9
+    env.reset(seed=10000)
+    total = 0.0
+    while env.agents:
+        _, rew, _, _, _ = env.step({a: np.array([0.9], np.float32) for a in env.agents})
+        total += sum(rew.values())
+    assert mid[0] == pytest.approx(total)

@@ -248,3 +248,12 @@ def test_a_plain_env_that_fails_every_reset_says_why():
         assert vec.state.name == "FAILED"
     finally:
         vec.close()
+
+
+def test_evaluate_takes_an_env_class():
+    """examples/custom_model.py scores its class: evaluate(policy, ClinicEnv, seeds) raised
+    "argument of type 'type' is not iterable"."""
+    from deszoo.policies import evaluate, random_policy
+
+    returns = evaluate(random_policy(0), Kinds, [0, 1])
+    assert returns.shape == (2,) and np.isfinite(returns).all()
