@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--eval-every", type=int, default=0, help="timesteps between evaluations")
     p.add_argument("--save", default=None, help="path to save the trained model")
     args = p.parse_args(argv)
+    for flag, value, low in (("--timesteps", args.timesteps, 1), ("--num-envs", args.num_envs, 1),
+                             ("--eval-every", args.eval_every, 0)):
+        if value < low:  # (a negative --eval-every trained 0 steps per round, for ever)
+            p.error(f"argument {flag}: must be at least {low}, got {value}")
 
     kw = {"preset": args.preset}
     for label, policy in [("random", random_policy()), ("heuristic", heuristic_policy(args.env))]:

@@ -374,3 +374,13 @@ def test_per_node_late_pool_reply_keeps_the_healthy_worker(monkeypatch, batch_si
         with contextlib.suppress(ProcessLookupError):
             os.kill(stopped, signal.SIGCONT)
         vec.close()
+
+
+def test_actors_that_cannot_be_placed_time_out_as_documented():
+    """An actor Ray cannot place (more CPUs than the cluster has) is a WorkerTimeoutError
+    after boot_timeout, as docs/distributed.md says (it was a VectorEnvError: "hung")."""
+    from deszoo.errors import WorkerTimeoutError
+
+    with pytest.raises(WorkerTimeoutError, match="did not start within boot_timeout=2 s"):
+        make_vec(toy(), 1, backend="ray", num_workers=1, boot_timeout=2.0, close_timeout=0.5,
+                 actor_options={"num_cpus": 1000})

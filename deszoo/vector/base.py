@@ -30,6 +30,7 @@ from deszoo.errors import (
     NoAsyncCallError,
     ResetNeededError,
     VectorEnvError,
+    WorkerTimeoutError,
 )
 from deszoo.vector._host import Buffers, Call, Layout
 from deszoo.vector.batch import Batch
@@ -181,6 +182,13 @@ def step_seconds(infos: dict[str, Any], clock: np.ndarray) -> np.ndarray:
     no known length (0)."""
     end = np.where(infos["_final_obs"], infos["final_info"]["sim_time"], infos["sim_time"])
     return np.where(infos["restarted"], 0.0, np.maximum(end - clock, 0.0))
+
+
+def boot_error(what: str, r: Reply, boot_timeout: float) -> VectorEnvError:
+    """The error of a worker (``what``) whose boot answered ``r``, not ``"booted"``."""
+    if r.kind == "hung":  # (a Ray actor with no room on the cluster, say)
+        return WorkerTimeoutError(f"{what} did not start within boot_timeout={boot_timeout:g} s")
+    return VectorEnvError(f"{what} could not build its envs: " + (r.detail or r.kind))
 
 
 # Hot-path shortcut: enum members as module constants (read through the class, ~1 us).
@@ -398,10 +406,8 @@ class DeszooVecEnv(VectorEnv):
         try:
             replies = self.pool.boot()
             for w in self.workers:
-                r = replies[w.index]
-                if r.kind != "booted":
-                    raise VectorEnvError(
-                        f"{self.describe(w)} could not build its envs: " + (r.detail or r.kind))
+                if replies[w.index].kind != "booted":
+                    raise boot_error(self.describe(w), replies[w.index], self.pool.boot_timeout)
         except BaseException:
             self.close()
             raise
