@@ -33,8 +33,13 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
-from torch import nn
+
+try:
+    import torch
+    from torch import nn
+except ImportError as exc:  # the README's install has no torch
+    raise ImportError("deszoo.ppo needs torch: pip install torch --index-url "
+                      "https://download.pytorch.org/whl/cpu") from exc
 
 from deszoo.core.config import MAX_SEED
 from deszoo.core.params import Param, check_all, integer, optional, real

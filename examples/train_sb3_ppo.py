@@ -18,9 +18,14 @@ import argparse
 import time
 from collections.abc import Callable
 
-import torch
-from sb3_contrib import MaskablePPO
-from stable_baselines3.common.vec_env import VecMonitor
+try:
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.vec_env import VecMonitor
+except ImportError as exc:
+    raise ImportError("this example needs torch and sb3-contrib: pip install torch "
+                      "--index-url https://download.pytorch.org/whl/cpu; then pip install "
+                      "'deszoo[sb3]'") from exc
 
 import deszoo
 from deszoo.policies import Policy, evaluate, heuristic_policy, random_policy
