@@ -253,8 +253,11 @@ def _check_discrete(name: str, kw: dict) -> None:
     from gymnasium import spaces
 
     from deszoo.registry import make
+    from deszoo.vector import option_names
 
-    probe = make(name, **kw)  # (a ConfigError for a bad name or argument, too)
+    backend = option_names()  # kw mixes backend options and scenario arguments, as make_vec
+    env_kw = kw.get("env_kwargs") or {k: v for k, v in kw.items() if k not in backend}
+    probe = make(name, **env_kw)  # (a ConfigError for a bad name or argument, too)
     try:
         kind = probe.rows.type
     finally:
