@@ -248,26 +248,6 @@ def _make_parts(name: str, num_envs: int, collect: str, backend: str,
     return parts
 
 
-def _check_discrete(name: str, kw: dict) -> None:
-    """The loop's policy is a Categorical over Discrete actions: say so before any worker."""
-    from gymnasium import spaces
-
-    from deszoo.registry import make
-    from deszoo.vector import option_names
-
-    backend = option_names()  # kw mixes backend options and scenario arguments, as make_vec
-    env_kw = kw.get("env_kwargs") or {k: v for k, v in kw.items() if k not in backend}
-    probe = make(name, **env_kw)  # (a ConfigError for a bad name or argument, too)
-    try:
-        kind = probe.rows.type
-    finally:
-        probe.close()
-    if kind is not spaces.Discrete:
-        raise ConfigError(f"train: {name} has {kind.__name__} actions with these arguments; "
-                          "the loop's policy needs Discrete ones (SB3's PPO through to_sb3 "
-                          "takes Box and MultiDiscrete)")
-
-
 def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int = 16,
           seed: int = 0, n_steps: int = 128, epochs: int = 4, minibatch: int = 512,
           lr: float = 3e-4, gamma: float = 0.99, lam: float = 0.95, clip: float = 0.2,
@@ -297,12 +277,18 @@ def train(name: str = "loadbalance_v0", timesteps: int = 100_000, num_envs: int 
         if k in kw:
             raise ConfigError(f"train: {k}={kw[k]!r} is train's to set (autoreset_mode="
                               "'SameStep'; state=True with centralised=True); leave it out")
-    _check_discrete(name, kw)
     torch.manual_seed(seed)
     torch.set_num_threads(1)  # the cores are better spent on the simulation workers
     vec_kw = dict(autoreset_mode="SameStep", state=centralised, **kw)
     parts = _make_parts(name, num_envs, collect, backend, num_workers, seed, phases, vec_kw)
     first = parts[0].vec
+    kind = first.sim_spec.rows.type
+    if kind.__name__ != "Discrete":  # the policy is a Categorical over Discrete actions
+        for p in parts:
+            p.vec.close()
+        raise ConfigError(f"train: {first.sim_spec.name} has {kind.__name__} actions; the "
+                          "loop's policy needs Discrete ones (SB3's PPO through to_sb3 takes "
+                          "Box and MultiDiscrete)")
     rows = sum(p.vec.num_envs for p in parts)
     state_dim = first.sim_spec.state_space.shape[0] if centralised else 0
     net = ActorCritic(first.single_observation_space.shape[0], first.n_actions, hidden,
