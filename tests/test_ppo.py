@@ -97,8 +97,9 @@ def test_options_train_sets_itself_are_refused_in_kw():
 
 def test_a_scenario_of_box_actions_is_refused_naming_them():
     """The loop's Categorical policy needs Discrete actions: a ConfigError naming the action
-    type (it was an AttributeError about n_actions), and no worker is left running."""
-    with pytest.raises(ConfigError, match="supplychain_v0 has Box actions; the loop.s policy needs Discrete"):
+    type (it was an AttributeError about n_actions)."""
+    with pytest.raises(ConfigError, match="supplychain_v0 has Box actions; the loop.s "
+                                          "policy needs Discrete"):
         ppo.train("supplychain_v0", timesteps=256, num_envs=2, continuous=True,
                   preset="small", backend="roundrobin")
 
