@@ -94,10 +94,11 @@ def test_mappo_critic_learns_from_the_global_state(loop):
     env.close()
 
 
-def test_the_custom_model_example_runs_to_its_comparison():
+def test_the_custom_model_example_runs_to_its_comparison(monkeypatch):
     """examples/custom_model.py trains, then scores four policies (docs/custom.md says it
     runs in CI; it crashed at the scoring, which only the text comparison saw)."""
     pytest.importorskip("sb3_contrib")
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parent.parent))
     from examples import custom_model
 
     scores = custom_model.main(["--timesteps", "512", "--envs", "2", "--eval-seeds", "2"])
